@@ -1,0 +1,478 @@
+"""The core ``IterDataset`` transformations and their checkpointable iterators."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from grain_core import seeds as _seeds
+from grain_core import state as _state
+from grain_core import transforms as tr
+from grain_core import tree
+from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
+from grain_core.dataset.callables import as_callable
+from grain_core.dataset.map_ops import stack_batch
+from grain_core.dataset.prefetch import FilterRatioCheck
+from grain_core.options import DatasetOptions
+
+
+def _check_iter_parent(parent: Any, where: str) -> IterDataset:
+    if not isinstance(parent, IterDataset):
+        raise TypeError(f"{where} expects an IterDataset, got {type(parent).__name__}.")
+    return parent
+
+
+class _OneParentIterDataset(IterDataset):
+    def __init__(self, parent: IterDataset):
+        super().__init__(_check_iter_parent(parent, type(self).__name__))
+        self._parent = parent
+
+
+class _OneParentIterator(DatasetIterator):
+    """An iterator over one parent whose state is ``{kind, parent, **extra}``."""
+
+    kind = ""
+
+    def __init__(self, parent: DatasetIterator):
+        super().__init__(parent)
+        self._parent = parent
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _set_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def get_state(self):
+        return _state.make_state(self.kind, parent=self._parent.get_state(), **self._extra_state())
+
+    def set_state(self, state):
+        _state.expect_state(state, self.kind, ("parent", *self._extra_state()))
+        self._parent.set_state(state["parent"])
+        self._set_extra_state(state)
+
+
+# --- pass-through stages ---------------------------------------------------------------------------
+
+
+class _PassThroughIterator(DatasetIterator):
+    def __init__(self, parent: DatasetIterator):
+        super().__init__(parent)
+        self._parent = parent
+
+    def __next__(self):
+        return next(self._parent)
+
+    def get_state(self):
+        return self._parent.get_state()
+
+    def set_state(self, state):
+        self._parent.set_state(state)
+
+
+class SeedIterDataset(_OneParentIterDataset):
+    """Passes elements through; sets the pipeline seed for downstream random transformations."""
+
+    def __init__(self, parent: IterDataset, seed: int):
+        super().__init__(parent)
+        self._seed = _seeds.validate_seed(seed)
+        self._lineage = _SeedLineage((self._seed,), 0)
+
+    def __iter__(self):
+        return _PassThroughIterator(iter(self._parent))
+
+
+class WithOptionsIterDataset(_OneParentIterDataset):
+    """Applies ``DatasetOptions`` to every stage upstream of this one."""
+
+    def __init__(self, parent: IterDataset, options: DatasetOptions):
+        super().__init__(parent)
+        if not isinstance(options, DatasetOptions):
+            raise TypeError(f"options must be a DatasetOptions, got {type(options).__name__}.")
+        self.options = options
+
+    def __iter__(self):
+        it = _PassThroughIterator(iter(self._parent))
+        it._apply_options(self.options)
+        return it
+
+
+# --- one-to-one ------------------------------------------------------------------------------------
+
+
+class MapIterDataset(_OneParentIterDataset):
+    """``transform(element)`` for each element."""
+
+    def __init__(self, parent: IterDataset, transform: Any):
+        super().__init__(parent)
+        self._transform = transform
+        self._fn = as_callable(transform, tr.Map, "map()")
+
+    def __iter__(self):
+        return _MapIterator(iter(self._parent), self._fn)
+
+    def __str__(self):
+        return f"MapIterDataset({tr.transform_name(self._transform)})"
+
+
+class _MapIterator(_OneParentIterator):
+    kind = "MapIterDataset"
+
+    def __init__(self, parent, fn):
+        super().__init__(parent)
+        self._fn = fn
+
+    def __next__(self):
+        return self._fn(next(self._parent))
+
+
+class RandomMapIterDataset(_OneParentIterDataset):
+    """``transform(element, rng)`` with ``rng = element_rng(seed, number of elements before it)``."""
+
+    def __init__(self, parent: IterDataset, transform: Any, seed: int | None = None):
+        super().__init__(parent)
+        self._transform = transform
+        self._fn = as_callable(transform, tr.RandomMap, "random_map()")
+        self._seed = self._resolve_seed(seed)
+
+    def __iter__(self):
+        return _RandomMapIterator(iter(self._parent), self._fn, self._seed)
+
+    def __str__(self):
+        return f"RandomMapIterDataset({tr.transform_name(self._transform)}, seed={self._seed})"
+
+
+class _RandomMapIterator(_OneParentIterator):
+    kind = "RandomMapIterDataset"
+
+    def __init__(self, parent, fn, seed):
+        super().__init__(parent)
+        self._fn, self._seed, self._count = fn, seed, 0
+
+    def __next__(self):
+        x = next(self._parent)
+        i = self._count
+        self._count = i + 1
+        return self._fn(x, _seeds.element_rng(self._seed, i))
+
+    def _extra_state(self):
+        return {"count": self._count, "seed": self._seed}
+
+    def _set_extra_state(self, state):
+        if state["seed"] != self._seed:
+            raise _state.StateMismatchError(
+                f"random_map state has seed {state['seed']}, this pipeline has {self._seed}: the "
+                "state comes from a different pipeline."
+            )
+        self._count = int(state["count"])
+
+
+class MapWithIndexIterDataset(_OneParentIterDataset):
+    """``transform(i, element)`` where ``i`` counts elements from 0."""
+
+    def __init__(self, parent: IterDataset, transform: Any):
+        super().__init__(parent)
+        self._transform = transform
+        self._fn = as_callable(transform, tr.MapWithIndex, "map_with_index()")
+
+    def __iter__(self):
+        return _MapWithIndexIterator(iter(self._parent), self._fn)
+
+
+class _MapWithIndexIterator(_OneParentIterator):
+    kind = "MapWithIndexIterDataset"
+
+    def __init__(self, parent, fn):
+        super().__init__(parent)
+        self._fn, self._count = fn, 0
+
+    def __next__(self):
+        x = next(self._parent)
+        i = self._count
+        self._count = i + 1
+        return self._fn(i, x)
+
+    def _extra_state(self):
+        return {"count": self._count}
+
+    def _set_extra_state(self, state):
+        self._count = int(state["count"])
+
+
+class FilterIterDataset(_OneParentIterDataset):
+    """Only the elements for which ``transform(element)`` is true."""
+
+    def __init__(self, parent: IterDataset, transform: Any):
+        super().__init__(parent)
+        self._transform = transform
+        self._fn = as_callable(transform, tr.Filter, "filter()")
+
+    def __iter__(self):
+        return _FilterIterator(iter(self._parent), self._fn)
+
+    def __str__(self):
+        return f"FilterIterDataset({tr.transform_name(self._transform)})"
+
+
+class _FilterIterator(_OneParentIterator):
+    kind = "FilterIterDataset"
+    _CHECK_EVERY = 256
+
+    def __init__(self, parent, fn):
+        super().__init__(parent)
+        self._fn = fn
+        self._check = FilterRatioCheck("filter()")
+        self._seen = 0
+        self._dropped = 0
+
+    def __next__(self):
+        fn, parent = self._fn, self._parent
+        while True:
+            x = next(parent)
+            self._seen += 1
+            if fn(x):
+                if self._seen >= self._CHECK_EVERY:
+                    self._flush()
+                return x
+            self._dropped += 1
+
+    def _flush(self):
+        seen, dropped = self._seen, self._dropped
+        self._seen = self._dropped = 0
+        self._check.record(dropped, seen, self._options)
+
+
+# --- many-to-one and one-to-many --------------------------------------------------------------------
+
+
+class BatchIterDataset(_OneParentIterDataset):
+    """``batch_size`` consecutive elements stacked leafwise (the last one smaller unless dropped)."""
+
+    def __init__(self, parent: IterDataset, batch_size: int, *, drop_remainder=False, batch_fn=None):
+        super().__init__(parent)
+        self._bs = tr.check_batch_size(batch_size)
+        self._drop = bool(drop_remainder)
+        self._batch_fn = batch_fn
+
+    def __iter__(self):
+        return _BatchIterator(iter(self._parent), self._bs, self._drop, self._batch_fn)
+
+    def __str__(self):
+        return f"BatchIterDataset(batch_size={self._bs}, drop_remainder={self._drop})"
+
+
+class _BatchIterator(_OneParentIterator):
+    kind = "BatchIterDataset"
+
+    def __init__(self, parent, bs, drop, batch_fn):
+        super().__init__(parent)
+        self._bs, self._drop, self._batch_fn = bs, drop, batch_fn
+
+    def __next__(self):
+        parent = self._parent
+        items = []
+        append = items.append
+        try:
+            for _ in range(self._bs):
+                append(next(parent))
+        except StopIteration:
+            if not items or self._drop:
+                raise
+        return stack_batch(items, self._batch_fn)
+
+    def _extra_state(self):
+        return {"batch_size": self._bs}
+
+    def _set_extra_state(self, state):
+        if state["batch_size"] != self._bs:
+            raise _state.StateMismatchError(
+                f"batch state has batch_size={state['batch_size']}, this pipeline has {self._bs}."
+            )
+
+
+class _SnapshotIterator(_OneParentIterator):
+    """An iterator that expands each parent element into a list, restoring by replay: its state is
+    the parent's state before the current element plus how far into the expansion it got."""
+
+    def __init__(self, parent):
+        super().__init__(parent)
+        self._before = parent.get_state()
+        self._pending: list[Any] = []
+        self._taken = 0
+
+    def _expand(self, x: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def _pull(self) -> None:
+        self._before = self._parent.get_state()
+        self._pending = self._expand(next(self._parent))
+        self._taken = 0
+
+    def get_state(self):
+        return _state.make_state(self.kind, parent=self._before, taken=self._taken, **self._extra_state())
+
+    def set_state(self, state):
+        _state.expect_state(state, self.kind, ("parent", "taken", *self._extra_state()))
+        self._set_extra_state(state)
+        self._parent.set_state(state["parent"])
+        self._before = state["parent"]
+        self._pending, self._taken = [], 0
+        taken = int(state["taken"])
+        if taken:
+            self._pull()
+            self._taken = taken
+
+
+class FlatMapIterDataset(_OneParentIterDataset):
+    """Each element replaced by the elements ``transform.flat_map(element)`` returns."""
+
+    def __init__(self, parent: IterDataset, transform: Any):
+        super().__init__(parent)
+        self._transform = transform
+        self._fn = as_callable(transform, tr.FlatMap, "FlatMapIterDataset")
+
+    def __iter__(self):
+        return _FlatMapIterator(iter(self._parent), self._fn)
+
+
+class _FlatMapIterator(_SnapshotIterator):
+    kind = "FlatMapIterDataset"
+
+    def __init__(self, parent, fn):
+        super().__init__(parent)
+        self._fn = fn
+
+    def _expand(self, x):
+        return list(self._fn(x))
+
+    def __next__(self):
+        while self._taken >= len(self._pending):
+            self._pull()
+        x = self._pending[self._taken]
+        self._taken += 1
+        return x
+
+
+class RebatchIterDataset(_OneParentIterDataset):
+    """Re-cuts batched elements into batches of ``batch_size`` along the leading axis."""
+
+    def __init__(self, parent: IterDataset, batch_size: int, drop_remainder: bool = False):
+        super().__init__(parent)
+        self._bs = tr.check_batch_size(batch_size)
+        self._drop = bool(drop_remainder)
+
+    def __iter__(self):
+        return _RebatchIterator(iter(self._parent), self._bs, self._drop)
+
+
+def _leading_dim(batch: Any) -> int:
+    leaves = tree.flatten_with_paths(batch)
+    if not leaves:
+        raise ValueError("RebatchIterDataset: an element has no array leaves.")
+    sizes = {len(leaf) for _, leaf in leaves}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"RebatchIterDataset: leaves of one element have different leading sizes {sorted(sizes)}."
+        )
+    return sizes.pop()
+
+
+class _RebatchIterator(_SnapshotIterator):
+    kind = "RebatchIterDataset"
+
+    def __init__(self, parent, bs, drop):
+        super().__init__(parent)
+        self._bs, self._drop = bs, drop
+
+    def _expand(self, x):
+        return [x, _leading_dim(x)]
+
+    def _extra_state(self):
+        return {"batch_size": self._bs}
+
+    def __next__(self):
+        pieces, need = [], self._bs
+        state_at_start = (self._before, self._taken)
+        while need:
+            if not self._pending or self._taken >= self._pending[1]:
+                try:
+                    self._pull()
+                except StopIteration:
+                    if not pieces or self._drop:
+                        self._before, self._taken = state_at_start
+                        raise
+                    break
+                continue
+            batch, size = self._pending
+            take = min(need, size - self._taken)
+            lo = self._taken
+            pieces.append(tree.map_structure(lambda a, lo=lo, take=take: a[lo : lo + take], batch))
+            self._taken += take
+            need -= take
+        return pieces[0] if len(pieces) == 1 else tree.concatenate(pieces)
+
+
+class LimitIterDataset(_OneParentIterDataset):
+    """At most ``count`` elements of the parent."""
+
+    def __init__(self, parent: IterDataset, count: int):
+        super().__init__(parent)
+        count = operator.index(count)
+        if count < 0:
+            raise ValueError(f"LimitIterDataset count must be >= 0, got {count}.")
+        self._count = count
+
+    def __iter__(self):
+        return _LimitIterator(iter(self._parent), self._count)
+
+
+class _LimitIterator(_OneParentIterator):
+    kind = "LimitIterDataset"
+
+    def __init__(self, parent, limit):
+        super().__init__(parent)
+        self._limit, self._count = limit, 0
+
+    def __next__(self):
+        if self._count >= self._limit:
+            raise StopIteration
+        x = next(self._parent)
+        self._count += 1
+        return x
+
+    def _extra_state(self):
+        return {"count": self._count}
+
+    def _set_extra_state(self, state):
+        self._count = int(state["count"])
+
+
+class ZipIterDataset(IterDataset):
+    """Tuples of the next element of each parent; stops when any parent stops."""
+
+    def __init__(self, parents: Sequence[IterDataset]):
+        parents = [_check_iter_parent(p, "ZipIterDataset") for p in parents]
+        if not parents:
+            raise ValueError("ZipIterDataset needs at least one dataset.")
+        super().__init__(parents)
+
+    def __iter__(self):
+        return _ZipIterator([iter(p) for p in self._parents])
+
+
+class _ZipIterator(DatasetIterator):
+    def __next__(self):
+        return tuple(next(p) for p in self._parents)
+
+    def get_state(self):
+        return _state.make_state("ZipIterDataset", parents=[p.get_state() for p in self._parents])
+
+    def set_state(self, state):
+        _state.expect_state(state, "ZipIterDataset", ("parents",))
+        if len(state["parents"]) != len(self._parents):
+            raise _state.StateMismatchError(
+                f"zip state has {len(state['parents'])} parents, this pipeline has {len(self._parents)}."
+            )
+        for p, s in zip(self._parents, state["parents"]):
+            p.set_state(s)

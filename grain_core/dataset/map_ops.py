@@ -1,0 +1,442 @@
+"""The core ``MapDataset`` transformations. Each works on whole index arrays in ``__getitems__``."""
+
+from __future__ import annotations
+
+import math
+import operator
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_core import seeds as _seeds
+from grain_core import transforms as tr
+from grain_core import tree
+from grain_core.dataset.base import MapDataset, _SeedLineage
+from grain_core.dataset.callables import as_callable
+
+
+def _index_array(indices: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(indices, dtype=np.int64)
+
+
+def source_identity(source: Any) -> str:
+    """A stable description of a data source for iterator states: its ``repr`` if the class defines
+    one, otherwise its type name (default reprs contain memory addresses)."""
+    if type(source).__repr__ is object.__repr__:
+        return type(source).__qualname__
+    if isinstance(source, (list, tuple, range)):
+        return type(source).__name__
+    text = repr(source)
+    return text if len(text) <= 512 else text[:512]
+
+
+class SourceMapDataset(MapDataset):
+    """Elements of a random-access source, index modulo its length."""
+
+    def __init__(self, source: Any):
+        super().__init__()
+        if isinstance(source, MapDataset):
+            raise TypeError("MapDataset.source expects a data source, got a MapDataset; use it as is.")
+        if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
+            raise TypeError(
+                "MapDataset.source expects a Sequence or a RandomAccessDataSource (with __len__ and "
+                f"__getitem__), got {type(source).__name__}."
+            )
+        self._source = source
+        self._len = len(source)
+        self._bulk = getattr(source, "__getitems__", None)
+
+    @property
+    def source(self) -> Any:
+        """The wrapped data source."""
+        return self._source
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (source_identity(self._source),)
+
+    def _empty(self):
+        return IndexError("Cannot read from an empty data source (length 0).")
+
+    def _getitem(self, index: int):
+        if self._len == 0:
+            raise self._empty()
+        return self._source[index % self._len]
+
+    def __getitems__(self, indices):
+        if self._len == 0:
+            if len(indices):
+                raise self._empty()
+            return []
+        idx = _index_array(indices) % self._len
+        if self._bulk is not None:
+            return list(self._bulk(idx.tolist()))
+        src = self._source
+        return [src[i] for i in idx.tolist()]
+
+    def __str__(self) -> str:
+        return f"SourceMapDataset({source_identity(self._source)})"
+
+
+class SeedMapDataset(MapDataset):
+    """Passes elements through; sets the pipeline seed for downstream random transformations."""
+
+    def __init__(self, parent: MapDataset, seed: int):
+        super().__init__(parent)
+        self._seed = _seeds.validate_seed(seed)
+        self._lineage = _SeedLineage((self._seed,), 0)
+        self._parent = parent
+
+    def __len__(self):
+        return len(self._parent)
+
+    def _fingerprint_fields(self):
+        return (self._seed,)
+
+    def _getitem(self, index):
+        return self._parent._getitem(index)
+
+    def __getitems__(self, indices):
+        return self._parent.__getitems__(indices)
+
+
+class ShuffleMapDataset(MapDataset):
+    """A global shuffle: a keyed bijection per epoch (see ``grain_core.seeds.IndexPermutation``)."""
+
+    def __init__(self, parent: MapDataset, seed: int | None = None):
+        super().__init__(parent)
+        self._parent = parent
+        self._seed = self._resolve_seed(seed)
+        self._n = len(parent)
+        if self._n >= sys.maxsize:
+            raise ValueError(
+                "Cannot shuffle an infinite dataset: shuffle before repeat(), e.g. "
+                "ds.shuffle(seed).repeat()."
+            )
+        self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
+
+    def __len__(self):
+        return self._n
+
+    def _fingerprint_fields(self):
+        return (self._seed,)
+
+    def _perm(self, epoch: int) -> _seeds.IndexPermutation:
+        cached = self._perm_cache
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        perm = _seeds.IndexPermutation(self._n, self._seed, epoch)
+        self._perm_cache = (epoch, perm)
+        return perm
+
+    def _getitem(self, index):
+        n = self._n
+        if n == 0:
+            raise IndexError("Cannot read from an empty dataset.")
+        epoch, j = divmod(index, n)
+        return self._parent._getitem(epoch * n + self._perm(epoch)(j))
+
+    def __getitems__(self, indices):
+        n = self._n
+        idx = _index_array(indices)
+        if idx.size == 0:
+            return []
+        if n == 0:
+            raise IndexError("Cannot read from an empty dataset.")
+        epochs, local = np.divmod(idx, n)
+        first = int(epochs[0])
+        if (epochs == first).all():
+            mapped = self._perm(first)(local) + first * n
+        else:
+            mapped = np.empty_like(idx)
+            for e in np.unique(epochs).tolist():
+                sel = epochs == e
+                mapped[sel] = _seeds.IndexPermutation(n, self._seed, e)(local[sel]) + e * n
+        return self._parent.__getitems__(mapped)
+
+
+class SliceMapDataset(MapDataset):
+    """The positions of a slice; later epochs continue in the parent's later epochs."""
+
+    def __init__(self, parent: MapDataset, sl: slice):
+        super().__init__(parent)
+        if not isinstance(sl, slice):
+            raise TypeError(f"slice() expects a slice object, got {type(sl).__name__}.")
+        if sl.step == 0:
+            raise ValueError("slice step cannot be zero.")
+        self._parent = parent
+        self._n = len(parent)
+        self._start, self._stop, self._step = sl.indices(self._n)
+        self._len = len(range(self._start, self._stop, self._step))
+
+    def __len__(self):
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (self._start, self._stop, self._step)
+
+    def _getitem(self, index):
+        if self._len == 0:
+            raise IndexError("Cannot read from an empty slice.")
+        epoch, j = divmod(index, self._len)
+        return self._parent._getitem(self._start + j * self._step + epoch * self._n)
+
+    def __getitems__(self, indices):
+        idx = _index_array(indices)
+        if idx.size == 0:
+            return []
+        if self._len == 0:
+            raise IndexError("Cannot read from an empty slice.")
+        epoch, j = np.divmod(idx, self._len)
+        return self._parent.__getitems__(self._start + j * self._step + epoch * self._n)
+
+    def __str__(self) -> str:
+        return f"SliceMapDataset[{self._start}:{self._stop}:{self._step}]"
+
+
+class _OneToOneMapDataset(MapDataset):
+    def __init__(self, parent: MapDataset, transform: Any, kind: type, where: str):
+        super().__init__(parent)
+        self._parent = parent
+        self._transform = transform
+        self._fn = as_callable(transform, kind, where)
+
+    def __len__(self):
+        return len(self._parent)
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({tr.transform_name(self._transform)})"
+
+
+class MapMapDataset(_OneToOneMapDataset):
+    """``transform(element)`` for each element; ``None`` passes through."""
+
+    def __init__(self, parent: MapDataset, transform: Any):
+        super().__init__(parent, transform, tr.Map, "map()")
+
+    def _getitem(self, index):
+        x = self._parent._getitem(index)
+        return None if x is None else self._fn(x)
+
+    def __getitems__(self, indices):
+        fn = self._fn
+        return [None if x is None else fn(x) for x in self._parent.__getitems__(indices)]
+
+
+class RandomMapMapDataset(_OneToOneMapDataset):
+    """``transform(element, rng)`` with ``rng = element_rng(seed, index)``."""
+
+    def __init__(self, parent: MapDataset, transform: Any, seed: int | None = None):
+        super().__init__(parent, transform, tr.RandomMap, "random_map()")
+        self._seed = self._resolve_seed(seed)
+
+    def _fingerprint_fields(self):
+        return (self._seed,)
+
+    def _getitem(self, index):
+        x = self._parent._getitem(index)
+        return None if x is None else self._fn(x, _seeds.element_rng(self._seed, index))
+
+    def __getitems__(self, indices):
+        fn, seed, rng = self._fn, self._seed, _seeds.element_rng
+        items = self._parent.__getitems__(indices)
+        return [
+            None if x is None else fn(x, rng(seed, int(i))) for i, x in zip(indices, items)
+        ]
+
+
+class MapWithIndexMapDataset(_OneToOneMapDataset):
+    """``transform(index, element)`` for each element."""
+
+    def __init__(self, parent: MapDataset, transform: Any):
+        super().__init__(parent, transform, tr.MapWithIndex, "map_with_index()")
+
+    def _getitem(self, index):
+        x = self._parent._getitem(index)
+        return None if x is None else self._fn(index, x)
+
+    def __getitems__(self, indices):
+        fn = self._fn
+        items = self._parent.__getitems__(indices)
+        return [None if x is None else fn(int(i), x) for i, x in zip(indices, items)]
+
+
+class FilterMapDataset(_OneToOneMapDataset):
+    """The element where ``transform(element)`` is true, else ``None``."""
+
+    def __init__(self, parent: MapDataset, transform: Any):
+        super().__init__(parent, transform, tr.Filter, "filter()")
+
+    def _getitem(self, index):
+        x = self._parent._getitem(index)
+        return x if x is not None and self._fn(x) else None
+
+    def __getitems__(self, indices):
+        fn = self._fn
+        return [x if x is not None and fn(x) else None for x in self._parent.__getitems__(indices)]
+
+
+def stack_batch(elements: Sequence[Any], batch_fn: Callable[[Sequence[Any]], Any] | None) -> Any:
+    """Stacks ``elements`` with ``batch_fn`` or, by default, leafwise along a new axis."""
+    if batch_fn is not None:
+        return batch_fn(elements)
+    first = elements[0]
+    if isinstance(first, (int, float, np.number)) and not isinstance(first, bool):
+        try:
+            return np.asarray(elements)
+        except ValueError:
+            pass
+    return tree.stack(elements)
+
+
+class BatchMapDataset(MapDataset):
+    """Consecutive elements of each epoch, ``batch_size`` at a time; ``None`` elements are dropped."""
+
+    def __init__(self, parent: MapDataset, batch_size: int, *, drop_remainder=False, batch_fn=None):
+        super().__init__(parent)
+        self._parent = parent
+        self._bs = tr.check_batch_size(batch_size)
+        self._drop = bool(drop_remainder)
+        self._batch_fn = batch_fn
+        self._n = len(parent)
+        if self._n >= sys.maxsize or self._drop:
+            self._len = self._n // self._bs
+        else:
+            self._len = math.ceil(self._n / self._bs)
+
+    def __len__(self):
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (self._bs, self._drop)
+
+    def _parent_indices(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Parent indices of every requested batch, concatenated, and each batch's size."""
+        if self._len == 0:
+            raise IndexError("Cannot read from an empty batched dataset.")
+        epoch, j = np.divmod(idx, self._len)
+        starts = epoch * self._n + j * self._bs
+        ends = np.minimum(starts + self._bs, epoch * self._n + self._n)
+        sizes = ends - starts
+        total = int(sizes.sum())
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+        return np.arange(total, dtype=np.int64) + offsets, sizes
+
+    def _make(self, items: list[Any]):
+        items = [x for x in items if x is not None]
+        if not items:
+            return None
+        return stack_batch(items, self._batch_fn)
+
+    def _getitem(self, index):
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices):
+        idx = _index_array(indices)
+        if idx.size == 0:
+            return []
+        flat, sizes = self._parent_indices(idx)
+        items = self._parent.__getitems__(flat)
+        out, pos = [], 0
+        for s in sizes.tolist():
+            out.append(self._make(items[pos : pos + s]))
+            pos += s
+        return out
+
+
+class RepeatMapDataset(MapDataset):
+    """``num_epochs`` epochs of the parent; forever (``len == sys.maxsize``) when ``None``."""
+
+    def __init__(self, parent: MapDataset, num_epochs: int | None = None):
+        super().__init__(parent)
+        n = len(parent)
+        if n >= sys.maxsize:
+            raise ValueError("Cannot repeat an infinite dataset (it is already repeated).")
+        if num_epochs is not None:
+            if isinstance(num_epochs, bool):
+                raise TypeError("repeat(num_epochs) expects a positive int or None, got bool.")
+            num_epochs = operator.index(num_epochs)
+            if num_epochs <= 0:
+                raise ValueError(f"repeat(num_epochs) expects a positive int or None, got {num_epochs}.")
+        self._parent = parent
+        self._epochs = num_epochs
+        self._len = sys.maxsize if num_epochs is None else n * num_epochs
+
+    def __len__(self):
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (self._epochs,)
+
+    def _getitem(self, index):
+        return self._parent._getitem(index)
+
+    def __getitems__(self, indices):
+        return self._parent.__getitems__(indices)
+
+
+class FlatMapMapDataset(MapDataset):
+    """Up to ``transform.max_fan_out`` elements per parent element; unused slots are ``None``."""
+
+    def __init__(self, parent: MapDataset, transform: tr.FlatMap):
+        super().__init__(parent)
+        self._fn = as_callable(transform, tr.FlatMap, "FlatMapMapDataset")
+        self._transform = transform
+        self._fan_out = operator.index(getattr(transform, "max_fan_out", 0))
+        if self._fan_out <= 0:
+            raise ValueError(f"FlatMap.max_fan_out must be a positive int, got {self._fan_out}.")
+        self._parent = parent
+        self._len = len(parent) * self._fan_out if len(parent) < sys.maxsize else sys.maxsize
+        self._local = threading.local()
+
+    def __len__(self):
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (self._fan_out,)
+
+    def _expand(self, parent_index: int) -> list[Any]:
+        cached = getattr(self._local, "last", None)
+        if cached is not None and cached[0] == parent_index:
+            return cached[1]
+        x = self._parent._getitem(parent_index)
+        out = [] if x is None else list(self._fn(x))
+        if len(out) > self._fan_out:
+            raise ValueError(
+                f"{tr.transform_name(self._transform)} produced {len(out)} elements, more than its "
+                f"max_fan_out={self._fan_out}. Raise max_fan_out."
+            )
+        self._local.last = (parent_index, out)
+        return out
+
+    def _getitem(self, index):
+        p, sub = divmod(index, self._fan_out)
+        out = self._expand(p)
+        return out[sub] if sub < len(out) else None
+
+
+class ZipMapDataset(MapDataset):
+    """Tuples of the elements at the same index of each parent; length of the shortest."""
+
+    def __init__(self, parents: Sequence[MapDataset]):
+        parents = list(parents)
+        if not parents:
+            raise ValueError("ZipMapDataset needs at least one dataset.")
+        super().__init__(parents)
+        self._len = min(len(p) for p in parents)
+
+    def __len__(self):
+        return self._len
+
+    def _getitem(self, index):
+        items = tuple(p._getitem(index) for p in self._parents)
+        return None if any(x is None for x in items) else items
+
+    def __getitems__(self, indices):
+        cols = [p.__getitems__(indices) for p in self._parents]
+        return [None if any(x is None for x in row) else row for row in zip(*cols)]

@@ -1,0 +1,233 @@
+"""Combining datasets: concatenate, weighted mix (map and iter), selection maps."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from grain_core import state as _state
+from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.transforms import DatasetSelectionMap
+
+
+def _check_datasets(datasets: Any, kind: type, where: str) -> list[Any]:
+    if isinstance(datasets, (MapDataset, IterDataset)) or not isinstance(datasets, Sequence):
+        raise TypeError(f"{where} expects a sequence of {kind.__name__}s, got {type(datasets).__name__}.")
+    datasets = list(datasets)
+    if not datasets:
+        raise ValueError(f"{where} needs at least one dataset.")
+    for i, d in enumerate(datasets):
+        if not isinstance(d, kind):
+            raise TypeError(f"{where}: dataset {i} is a {type(d).__name__}, expected a {kind.__name__}.")
+    return datasets
+
+
+class WeightPattern:
+    """A fixed, repeating selection order realising mixing weights exactly over each period.
+
+    ``counts[d]`` is how often dataset ``d`` appears per period of length ``period``;
+    ``order[r]`` is the dataset chosen at position ``r`` of a period and ``rank[r]`` how many times
+    that dataset appeared before ``r`` in the period.
+    """
+
+    def __init__(self, weights: Sequence[float] | None, n: int, where: str):
+        if weights is None:
+            weights = [1.0] * n
+        weights = list(weights)
+        if len(weights) != n:
+            raise ValueError(f"{where}: got {len(weights)} weights for {n} datasets.")
+        for w in weights:
+            if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{where}: weights must be numbers, got {w!r}.")
+            if not math.isfinite(w) or w < 0:
+                raise ValueError(f"{where}: weights must be finite and >= 0, got {weights}.")
+        total = float(sum(weights))
+        if total <= 0:
+            raise ValueError(f"{where}: at least one weight must be positive, got {weights}.")
+        fracs = [Fraction(w / total).limit_denominator(1000) for w in weights]
+        denom = math.lcm(*(f.denominator for f in fracs))
+        counts = [int(f * denom) for f in fracs]
+        if sum(counts) == 0 or sum(counts) > 100_000:
+            counts = [round(w / total * 1000) for w in weights]
+        self.weights = [w / total for w in weights]
+        self.counts = counts
+        self.period = sum(counts)
+        order, rank, current, seen = [], [], [0] * n, [0] * n
+        for _ in range(self.period):
+            for d in range(n):
+                current[d] += counts[d]
+            d = max(range(n), key=lambda i: (current[i], -i))
+            current[d] -= self.period
+            order.append(d)
+            rank.append(seen[d])
+            seen[d] += 1
+        self.order = order
+        self.rank = rank
+
+    def locate(self, k: int) -> tuple[int, int]:
+        """Returns ``(dataset, index within it)`` of mixed position ``k``."""
+        q, r = divmod(k, self.period)
+        d = self.order[r]
+        return d, q * self.counts[d] + self.rank[r]
+
+
+class MixedMapDataset(MapDataset):
+    """Datasets interleaved by weight; one epoch ends when the shortest input's share runs out."""
+
+    def __init__(self, datasets: Sequence[MapDataset], weights: Sequence[float] | None = None):
+        datasets = _check_datasets(datasets, MapDataset, "MapDataset.mix")
+        super().__init__(datasets)
+        self._pattern = WeightPattern(weights, len(datasets), "MapDataset.mix")
+        p = self._pattern
+        limits = [
+            len(d) * p.period // c if len(d) < sys.maxsize else sys.maxsize
+            for d, c in zip(datasets, p.counts)
+            if c > 0
+        ]
+        self._len = min(sys.maxsize, *limits) if limits else 0
+
+    def __len__(self):
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (tuple(self._pattern.counts),)
+
+    def _getitem(self, index):
+        d, j = self._pattern.locate(index)
+        return self._parents[d]._getitem(j)
+
+    def __getitems__(self, indices):
+        located = [self._pattern.locate(int(k)) for k in indices]
+        by_ds: dict[int, list[int]] = {}
+        for pos, (d, _) in enumerate(located):
+            by_ds.setdefault(d, []).append(pos)
+        out: list[Any] = [None] * len(located)
+        for d, positions in by_ds.items():
+            items = self._parents[d].__getitems__([located[p][1] for p in positions])
+            for p, x in zip(positions, items):
+                out[p] = x
+        return out
+
+
+class ConcatenateMapDataset(MapDataset):
+    """The inputs one after another; epoch ``e`` reads epoch ``e`` of each input."""
+
+    def __init__(self, datasets: Sequence[MapDataset]):
+        datasets = _check_datasets(datasets, MapDataset, "MapDataset.concatenate")
+        for i, d in enumerate(datasets):
+            if len(d) >= sys.maxsize:
+                raise ValueError(f"MapDataset.concatenate: dataset {i} is infinite; concatenate before repeat().")
+        super().__init__(datasets)
+        self._lens = [len(d) for d in datasets]
+        self._starts = [0]
+        for n in self._lens:
+            self._starts.append(self._starts[-1] + n)
+        self._len = self._starts[-1]
+
+    def __len__(self):
+        return self._len
+
+    def _getitem(self, index):
+        if self._len == 0:
+            raise IndexError("Cannot read from an empty concatenation.")
+        epoch, j = divmod(index, self._len)
+        d = bisect.bisect_right(self._starts, j) - 1
+        return self._parents[d]._getitem(epoch * self._lens[d] + j - self._starts[d])
+
+
+class SelectionMapDataset(MapDataset):
+    """Element ``i`` is ``datasets[d][j]`` where ``(d, j) = selection_map[i % len(selection_map)]``."""
+
+    def __init__(self, datasets: Sequence[MapDataset], selection_map: DatasetSelectionMap):
+        datasets = _check_datasets(datasets, MapDataset, "MapDataset.select_from_datasets")
+        if not (hasattr(selection_map, "__len__") and hasattr(selection_map, "__getitem__")):
+            raise TypeError("select_from_datasets expects a DatasetSelectionMap (with __len__ and __getitem__).")
+        super().__init__(datasets)
+        self._map = selection_map
+        self._len = len(selection_map)
+
+    def __len__(self):
+        return self._len
+
+    def _getitem(self, index):
+        d, j = self._map[index % self._len] if self._len else (0, 0)
+        if not 0 <= d < len(self._parents):
+            raise IndexError(f"selection map chose dataset {d}, but there are {len(self._parents)}.")
+        return self._parents[d]._getitem(j)
+
+
+class MixedIterDataset(IterDataset):
+    """Iterators interleaved by weight; stops as soon as any input is exhausted."""
+
+    def __init__(self, datasets: Any, weights: Any = None):
+        if isinstance(datasets, Mapping):
+            names = [str(k) for k in datasets]
+            if weights is not None:
+                if not isinstance(weights, Mapping) or set(map(str, weights)) != set(names):
+                    raise ValueError(
+                        "IterDataset.mix: with named datasets, weights must be a dict with the same "
+                        f"names {sorted(names)}."
+                    )
+                weights = [weights[k] for k in datasets]
+            datasets = list(datasets.values())
+        else:
+            names = None
+            if isinstance(weights, Mapping):
+                raise TypeError("IterDataset.mix: weights is a dict but datasets is not.")
+        datasets = _check_datasets(datasets, IterDataset, "IterDataset.mix")
+        super().__init__(datasets)
+        self._names = names or [str(i) for i in range(len(datasets))]
+        self._pattern = WeightPattern(weights, len(datasets), "IterDataset.mix")
+
+    def __iter__(self):
+        return _MixedIterator(self)
+
+
+class _MixedIterator(DatasetIterator):
+    def __init__(self, ds: MixedIterDataset):
+        super().__init__([iter(p) for p in ds.parents])
+        self._ds = ds
+        self._pos = 0
+        self._done = False
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        d = self._ds._pattern.order[self._pos % self._ds._pattern.period]
+        try:
+            x = next(self._parents[d])
+        except StopIteration:
+            self._done = True
+            raise
+        self._pos += 1
+        return x
+
+    def get_state(self):
+        return _state.make_state(
+            "MixedIterDataset",
+            counts=list(self._ds._pattern.counts),
+            position=self._pos,
+            exhausted=self._done,
+            parents={n: it.get_state() for n, it in zip(self._ds._names, self._parents)},
+        )
+
+    def set_state(self, state):
+        _state.expect_state(
+            state, "MixedIterDataset", ("position", "parents"), counts=list(self._ds._pattern.counts)
+        )
+        missing = set(self._ds._names) - set(state["parents"])
+        if missing:
+            raise _state.StateMismatchError(
+                f"IterDataset.mix state has no position for component(s) {sorted(missing)}: it was "
+                "saved by a mix of other datasets."
+            )
+        for n, it in zip(self._ds._names, self._parents):
+            it.set_state(state["parents"][n])
+        self._pos = int(state["position"])
+        self._done = bool(state.get("exhausted", False))

@@ -1,0 +1,293 @@
+"""``MapDataset.to_iter_dataset``: reading a ``MapDataset`` in order, chunk by chunk, optionally in
+background threads.
+
+Work is handed to threads as chunks of consecutive indices read with ``__getitems__`` (so sources
+read in bulk), never one element per task. The chunk size adapts to how long chunks take; it changes
+how work is split, never which elements come out or in what order.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+import warnings
+from concurrent import futures
+from typing import Any
+
+from grain_core import state as _state
+from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.options import DatasetOptions, ReadOptions
+
+_MIN_CHUNK_SECONDS = 0.002
+_MAX_CHUNK_SECONDS = 0.02
+_MAX_CHUNK = 1024
+
+
+class FilterRatioError(ValueError):
+    """Filters dropped more elements than ``DatasetOptions.filter_raise_threshold_ratio`` allows."""
+
+
+def map_fingerprint(ds: MapDataset) -> str:
+    """A digest of a ``MapDataset`` chain: stage classes, lengths and identifying fields."""
+
+    def parts(d: MapDataset) -> tuple[Any, ...]:
+        return (
+            type(d).__name__,
+            len(d),
+            d._fingerprint_fields(),
+            tuple(parts(p) for p in d.parents),
+        )
+
+    return _state.fingerprint(parts(ds))
+
+
+class FilterRatioCheck:
+    """Counts kept and dropped elements and warns or raises per ``DatasetOptions``."""
+
+    def __init__(self, where: str):
+        self._where = where
+        self._seen = 0
+        self._dropped = 0
+        self._warned = False
+
+    def record(self, dropped: int, seen: int, options: DatasetOptions | None) -> None:
+        self._seen += seen
+        self._dropped += dropped
+        opts = options or DatasetOptions()
+        if self._seen < opts.filter_check_min_elements or not self._dropped:
+            return
+        ratio = self._dropped / self._seen
+        if opts.filter_raise_threshold_ratio is not None and ratio > opts.filter_raise_threshold_ratio:
+            raise FilterRatioError(
+                f"{self._where}: filters dropped {ratio:.1%} of {self._seen} elements, above "
+                f"filter_raise_threshold_ratio={opts.filter_raise_threshold_ratio}. Store a filtered "
+                "copy of the data or raise the threshold via WithOptionsIterDataset."
+            )
+        if (
+            not self._warned
+            and opts.filter_warn_threshold_ratio is not None
+            and ratio > opts.filter_warn_threshold_ratio
+        ):
+            self._warned = True
+            warnings.warn(
+                f"{self._where}: filters dropped {ratio:.1%} of {self._seen} elements (threshold "
+                f"{opts.filter_warn_threshold_ratio}). Reading mostly-filtered data is slow; consider "
+                "storing a filtered copy.",
+                stacklevel=3,
+            )
+
+
+class PrefetchIterDataset(IterDataset):
+    """A ``MapDataset`` read in index order, skipping ``None`` unless ``allow_nones``."""
+
+    def __init__(self, parent: MapDataset, *, read_options: ReadOptions | None = None, allow_nones=False):
+        if not isinstance(parent, MapDataset):
+            raise TypeError(f"to_iter_dataset needs a MapDataset, got {type(parent).__name__}.")
+        if read_options is None:
+            read_options = ReadOptions()
+        if not isinstance(read_options, ReadOptions):
+            raise TypeError(f"read_options must be a ReadOptions, got {type(read_options).__name__}.")
+        super().__init__(parent)
+        self._map_ds = parent
+        self.read_options = read_options
+        self.allow_nones = bool(allow_nones)
+
+    @property
+    def map_dataset(self) -> MapDataset:
+        """The ``MapDataset`` this stage reads."""
+        return self._map_ds
+
+    def __iter__(self) -> PrefetchDatasetIterator:
+        return PrefetchDatasetIterator(self._map_ds, self.read_options, self.allow_nones)
+
+
+class PrefetchDatasetIterator(DatasetIterator):
+    """Iterates a ``MapDataset`` in index order. Its state is the next index to read.
+
+    The runtime calls :meth:`set_slice` before the first element to make a worker read every
+    ``count``-th index.
+    """
+
+    def __init__(self, ds: MapDataset, read_options: ReadOptions, allow_nones: bool):
+        super().__init__()
+        self._full_ds = ds
+        self._read_options = read_options
+        self._allow_nones = allow_nones
+        self._filter_check = FilterRatioCheck("to_iter_dataset")
+        self._configure(ds)
+        self._lock = threading.Lock()
+        self._pool: futures.ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def _configure(self, ds: MapDataset) -> None:
+        self._ds = ds
+        self._len = len(ds)
+        self._fingerprint = map_fingerprint(ds)
+        self._next_index = 0
+        self._chunk = 8
+        self._reset_buffer()
+
+    def _reset_buffer(self) -> None:
+        self._buffer: collections.deque[tuple[int, int, Any]] = collections.deque()
+        self._read_to = self._next_index
+        self._current: list[Any] = []
+        self._current_start = self._next_index
+        self._current_pos = 0
+
+    def set_slice(self, sl: slice) -> None:
+        """Restricts this iterator to ``ds[sl]``; only valid before the first element is read."""
+        self._cancel_pending()
+        self._configure(self._full_ds.slice(sl))
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def _read_chunk(self, start: int, stop: int) -> tuple[list[Any], float]:
+        t0 = time.perf_counter()
+        items = self._ds.__getitems__(range(start, stop))
+        return items, time.perf_counter() - t0
+
+    def _adapt(self, seconds: float) -> None:
+        limit = max(1, min(_MAX_CHUNK, self._read_options.prefetch_buffer_size // 2 or 1))
+        if seconds < _MIN_CHUNK_SECONDS:
+            self._chunk = min(self._chunk * 2, limit)
+        elif seconds > _MAX_CHUNK_SECONDS:
+            self._chunk = max(1, self._chunk // 2)
+        else:
+            self._chunk = min(self._chunk, limit)
+
+    def _fill(self) -> None:
+        """Submits chunks until ``prefetch_buffer_size`` elements are in flight."""
+        threads = self._read_options.num_threads
+        budget = max(self._read_options.prefetch_buffer_size, 1)
+        in_flight = sum(stop - start for start, stop, _ in self._buffer)
+        while self._read_to < self._len and (in_flight < budget or not self._buffer):
+            start = self._read_to
+            stop = min(self._len, start + self._chunk)
+            if threads == 0:
+                self._buffer.append((start, stop, None))
+            else:
+                if self._pool is None:
+                    self._pool = futures.ThreadPoolExecutor(
+                        max_workers=threads, thread_name_prefix="grain_core-read"
+                    )
+                self._buffer.append((start, stop, self._pool.submit(self._read_chunk, start, stop)))
+            self._read_to = stop
+            in_flight += stop - start
+            if threads == 0:
+                break
+
+    def _next_chunk(self) -> bool:
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        if not self._buffer:
+            self._fill()
+            if not self._buffer:
+                return False
+        start, stop, fut = self._buffer.popleft()
+        try:
+            if fut is None:
+                items, seconds = self._read_chunk(start, stop)
+            else:
+                items, seconds = fut.result()
+        except Exception:
+            # Re-read one by one so the elements before the failing one are still delivered and
+            # the error surfaces at the element that caused it.
+            items = _LazyChunk(self._ds, start, stop)
+            seconds = _MAX_CHUNK_SECONDS * 2
+        self._adapt(seconds)
+        if not self._allow_nones and not isinstance(items, _LazyChunk):
+            dropped = sum(1 for x in items if x is None)
+            self._filter_check.record(dropped, len(items), self._options)
+        self._current, self._current_start, self._current_pos = items, start, 0
+        if self._read_options.num_threads:
+            self._fill()
+        return True
+
+    def __next__(self):
+        while True:
+            cur = self._current
+            pos = self._current_pos
+            n = len(cur)
+            if self._allow_nones:
+                if pos < n:
+                    self._current_pos = pos + 1
+                    return cur[pos]
+            else:
+                while pos < n:
+                    x = cur[pos]
+                    pos += 1
+                    if x is not None:
+                        self._current_pos = pos
+                        return x
+                self._current_pos = pos
+            if not self._next_chunk():
+                raise StopIteration
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def _position(self) -> int:
+        return self._current_start + self._current_pos
+
+    def get_state(self) -> dict[str, Any]:
+        return _state.make_state(
+            "PrefetchDatasetIterator",
+            fingerprint=self._fingerprint,
+            length=self._len if self._len < sys.maxsize else -1,
+            next_index=self._position(),
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        _state.expect_state(
+            state,
+            "PrefetchDatasetIterator",
+            ("next_index",),
+            fingerprint=self._fingerprint,
+        )
+        index = int(state["next_index"])
+        if index < 0 or index > self._len:
+            raise _state.StateMismatchError(
+                f"next_index={index} is outside this dataset of length {self._len}."
+            )
+        self._cancel_pending()
+        self._next_index = index
+        self._reset_buffer()
+
+    def start_prefetch(self) -> None:
+        if self._read_options.num_threads and not self._buffer and not self._closed:
+            self._fill()
+
+    def _cancel_pending(self) -> None:
+        for _, _, fut in self._buffer:
+            if fut is not None:
+                fut.cancel()
+        self._buffer.clear()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel_pending()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _LazyChunk:
+    """A chunk whose elements are read one at a time when first asked for."""
+
+    def __init__(self, ds: MapDataset, start: int, stop: int):
+        self._ds, self._start, self._n = ds, start, stop - start
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, pos: int) -> Any:
+        return self._ds._getitem(self._start + pos)

@@ -1,0 +1,94 @@
+"""Option dataclasses: threading, multiprocessing and dataset-wide options."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+__all__ = ["ReadOptions", "MultiprocessingOptions", "DatasetOptions"]
+
+
+def _non_negative_int(owner: str, name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be an int, got bool.")
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__}.") from None
+    if v < 0:
+        raise ValueError(f"{owner}.{name} must be >= 0, got {v}.")
+    return v
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How a ``MapDataset`` is read when turned into an ``IterDataset``.
+
+    Attributes:
+      num_threads: threads reading and transforming elements ahead of the consumer; 0 reads in the
+        consumer's thread.
+      prefetch_buffer_size: how many elements may be read ahead of the consumer.
+    """
+
+    num_threads: int = 16
+    prefetch_buffer_size: int = 500
+
+    def __post_init__(self):
+        _non_negative_int("ReadOptions", "num_threads", self.num_threads)
+        _non_negative_int("ReadOptions", "prefetch_buffer_size", self.prefetch_buffer_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiprocessingOptions:
+    """Worker processes for ``IterDataset.mp_prefetch``.
+
+    Attributes:
+      num_workers: worker processes; 0 runs the pipeline in the calling process.
+      per_worker_buffer_size: finished elements each worker may hold ahead of the consumer.
+      enable_profiling: log per-worker timings.
+    """
+
+    num_workers: int = 0
+    per_worker_buffer_size: int = 1
+    enable_profiling: bool = False
+
+    def __post_init__(self):
+        _non_negative_int("MultiprocessingOptions", "num_workers", self.num_workers)
+        if _non_negative_int(
+            "MultiprocessingOptions", "per_worker_buffer_size", self.per_worker_buffer_size
+        ) < 1:
+            raise ValueError("MultiprocessingOptions.per_worker_buffer_size must be >= 1.")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetOptions:
+    """Options that apply to a whole pipeline upstream of ``WithOptionsIterDataset``.
+
+    Attributes:
+      filter_warn_threshold_ratio: warn when filters drop more than this fraction of elements
+        (checked after ``filter_check_min_elements`` elements); None disables the warning.
+      filter_raise_threshold_ratio: raise instead, above this fraction; None disables it.
+      filter_check_min_elements: how many elements a filter sees before the ratios are checked.
+    """
+
+    filter_warn_threshold_ratio: float | None = 0.9
+    filter_raise_threshold_ratio: float | None = None
+    filter_check_min_elements: int = 1000
+
+    def __post_init__(self):
+        for name in ("filter_warn_threshold_ratio", "filter_raise_threshold_ratio"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= float(v) <= 1.0:
+                raise ValueError(f"DatasetOptions.{name} must be in [0, 1] or None, got {v}.")
+
+    def merge(self, other: DatasetOptions | None) -> DatasetOptions:
+        """Returns these options with fields unset here (None) taken from ``other``."""
+        if other is None:
+            return self
+        kwargs = {
+            f.name: getattr(self, f.name)
+            if getattr(self, f.name) is not None
+            else getattr(other, f.name)
+            for f in dataclasses.fields(self)
+        }
+        return DatasetOptions(**kwargs)

@@ -1,0 +1,131 @@
+"""Transformation base classes: subclass one and implement its method.
+
+``Map.map(x)``, ``RandomMap.random_map(x, rng)``, ``MapWithIndex.map_with_index(i, x)``,
+``Filter.filter(x) -> bool``, ``FlatMap.flat_map(x) -> Sequence`` (at most ``max_fan_out`` items) and
+``Batch(batch_size, drop_remainder)``. Datasets accept these objects or plain callables; ``apply`` and
+``DataLoader`` take lists of them.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+__all__ = [
+    "Batch",
+    "DatasetSelectionMap",
+    "Filter",
+    "FilterTransform",
+    "FlatMap",
+    "FlatMapTransform",
+    "Map",
+    "MapTransform",
+    "MapWithIndex",
+    "MapWithIndexTransform",
+    "RandomMap",
+    "RandomMapTransform",
+    "TfRandomMapTransform",
+    "Transformation",
+    "transform_name",
+]
+
+
+class Map(abc.ABC):
+    """A 1:1 transformation: ``map(element) -> element``."""
+
+    @abc.abstractmethod
+    def map(self, element: Any) -> Any: ...
+
+
+class RandomMap(abc.ABC):
+    """A 1:1 random transformation: ``random_map(element, rng) -> element``.
+
+    ``rng`` is a ``np.random.Generator`` that is a pure function of the transformation's seed and the
+    element's position; use it and nothing else for randomness.
+    """
+
+    @abc.abstractmethod
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any: ...
+
+
+class TfRandomMapTransform(abc.ABC):
+    """Accepted for compatibility; grain_core has no TensorFlow dependency and does not run it."""
+
+    @abc.abstractmethod
+    def np_random_map(self, element: Any, rng: np.random.Generator) -> Any: ...
+
+
+class MapWithIndex(abc.ABC):
+    """A 1:1 transformation that also sees the element's index: ``map_with_index(index, element)``."""
+
+    @abc.abstractmethod
+    def map_with_index(self, index: int, element: Any) -> Any: ...
+
+
+class Filter(abc.ABC):
+    """Keeps elements for which ``filter(element)`` is true."""
+
+    @abc.abstractmethod
+    def filter(self, element: Any) -> bool: ...
+
+
+class FlatMap(abc.ABC):
+    """A 1:N transformation: ``flat_map(element)`` returns at most ``max_fan_out`` elements."""
+
+    max_fan_out: int = 1
+
+    @abc.abstractmethod
+    def flat_map(self, element: Any) -> Sequence[Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Groups ``batch_size`` consecutive elements, stacked along a new leading axis leafwise."""
+
+    batch_size: int
+    drop_remainder: bool = False
+    batch_fn: Callable[[Sequence[Any]], Any] | None = None
+
+    def __post_init__(self):
+        check_batch_size(self.batch_size)
+
+
+def check_batch_size(batch_size: object) -> int:
+    """Returns ``batch_size`` if it is a positive int, else raises ``TypeError``/``ValueError``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise TypeError(f"batch_size must be a positive int, got {type(batch_size).__name__}.")
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
+    return int(batch_size)
+
+
+class DatasetSelectionMap(abc.ABC):
+    """Maps an index of a mixed dataset to ``(dataset_index, index_within_that_dataset)``."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def __getitem__(self, index: int) -> tuple[int, int]: ...
+
+
+# Grain's longer names for the same classes.
+MapTransform = Map
+RandomMapTransform = RandomMap
+MapWithIndexTransform = MapWithIndex
+FilterTransform = Filter
+FlatMapTransform = FlatMap
+
+Transformation = Union[Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch]
+
+
+def transform_name(transform: Any) -> str:
+    """A readable name for a transform object or callable, for reprs and errors."""
+    if isinstance(transform, (Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch)):
+        return type(transform).__name__
+    name = getattr(transform, "__qualname__", None) or getattr(transform, "__name__", None)
+    return name or type(transform).__name__

@@ -1,0 +1,118 @@
+"""Minimal PyTree helpers: nested dicts, lists, tuples and namedtuples with array-like leaves.
+
+JAX is not needed; the structure rules match ``jax.tree_util`` for those containers (``None`` is an
+empty subtree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["map_structure", "stack", "concatenate", "flatten_with_paths"]
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def flatten_with_paths(tree: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Returns ``[(path, leaf), ...]`` in a fixed order; paths look like ``['image'][0]``."""
+    if isinstance(tree, dict):
+        out = []
+        for k in sorted(tree) if _sortable(tree) else tree:
+            out.extend(flatten_with_paths(tree[k], f"{path}[{k!r}]"))
+        return out
+    if isinstance(tree, (list, tuple)):
+        out = []
+        for i, v in enumerate(tree):
+            out.extend(flatten_with_paths(v, f"{path}[{i}]"))
+        return out
+    if tree is None:
+        return []
+    return [(path or "<root>", tree)]
+
+
+def _sortable(d: dict) -> bool:
+    try:
+        sorted(d)
+        return True
+    except TypeError:
+        return False
+
+
+def map_structure(fn: Callable[..., Any], *trees: Any) -> Any:
+    """Applies ``fn`` leafwise over trees of the same structure and rebuilds that structure."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return type(first)((k, map_structure(fn, *(t[k] for t in trees))) for k in first) if type(
+            first
+        ) is not dict else {k: map_structure(fn, *(t[k] for t in trees)) for k in first}
+    if _is_namedtuple(first):
+        return type(first)(*(map_structure(fn, *parts) for parts in zip(*trees)))
+    if isinstance(first, (list, tuple)):
+        return type(first)(map_structure(fn, *parts) for parts in zip(*trees))
+    if first is None:
+        return None
+    return fn(*trees)
+
+
+def _structure_error(elements: Sequence[Any], op: str) -> ValueError:
+    ref = [p for p, _ in flatten_with_paths(elements[0])]
+    for i, e in enumerate(elements[1:], 1):
+        got = [p for p, _ in flatten_with_paths(e)]
+        if got != ref:
+            return ValueError(
+                f"Cannot {op} elements with different structures: element 0 has leaves {ref}, "
+                f"element {i} has leaves {got}."
+            )
+    return ValueError(f"Cannot {op} elements with different structures.")
+
+
+def _leaf_op(op: str, np_fn: Callable[[Sequence[Any]], np.ndarray], elements: Sequence[Any]) -> Any:
+    first = elements[0]
+    if not isinstance(first, (dict, list, tuple)) and first is not None:
+        try:
+            return np_fn(elements)
+        except ValueError as e:
+            shapes = sorted({np.shape(x) for x in elements}, key=str)
+            raise ValueError(
+                f"Cannot {op} leaf <root>: elements have shapes {shapes}. "
+                f"Pad or crop elements to one shape first, or pass batch_fn=. ({e})"
+            ) from None
+    paths = flatten_with_paths(first)
+    try:
+        return map_structure(lambda *leaves: np_fn(leaves), *elements)
+    except (KeyError, TypeError, IndexError):
+        raise _structure_error(elements, op) from None
+    except ValueError:
+        flat = [flatten_with_paths(e) for e in elements]
+        if any(len(f) != len(paths) for f in flat):
+            raise _structure_error(elements, op) from None
+        for j, (path, _) in enumerate(paths):
+            shapes = [np.shape(f[j][1]) for f in flat]
+            if len(set(shapes)) > 1:
+                uniq = sorted(set(shapes), key=str)
+                where = next(i for i, s in enumerate(shapes) if s != shapes[0])
+                raise ValueError(
+                    f"Cannot {op} leaf {path}: element 0 has shape {shapes[0]} but element "
+                    f"{where} has shape {shapes[where]} (shapes seen: {uniq}). Pad or crop to one "
+                    "shape first, or pass batch_fn=."
+                ) from None
+        raise
+
+
+def stack(elements: Sequence[Any]) -> Any:
+    """Stacks a sequence of same-structured PyTrees along a new leading axis, leafwise."""
+    if not elements:
+        raise ValueError("Cannot stack an empty sequence of elements.")
+    return _leaf_op("stack", np.stack, elements)
+
+
+def concatenate(elements: Sequence[Any]) -> Any:
+    """Concatenates a sequence of same-structured PyTrees along their existing leading axis."""
+    if not elements:
+        raise ValueError("Cannot concatenate an empty sequence of elements.")
+    return _leaf_op("concatenate", np.concatenate, elements)
