@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import operator
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from grain_core import seeds as _seeds
@@ -436,11 +436,14 @@ class DatasetIterator(Iterator[T], abc.ABC):
         for p in self._parents:
             p._apply_options(options)
 
-    async def save(self, directory: Any) -> None:
-        """Writes ``get_state()`` at the time of the call into ``directory`` (Orbax-compatible)."""
+    def save(self, directory: Any) -> Coroutine[Any, Any, None]:
+        """Returns a coroutine writing ``get_state()`` as of this call into ``directory``.
+
+        The state is captured before returning (not when the coroutine runs), as Orbax expects.
+        """
         from grain_core.checkpoint import save_iterator_state
 
-        await save_iterator_state(self, directory)
+        return save_iterator_state(self, directory)
 
     async def load(self, directory: Any) -> None:
         """Reads a state written by :meth:`save` from ``directory`` and sets it."""

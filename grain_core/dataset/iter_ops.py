@@ -463,7 +463,7 @@ class ZipIterDataset(IterDataset):
 
 class _ZipIterator(DatasetIterator):
     def __next__(self):
-        return tuple(next(p) for p in self._parents)
+        return tuple([next(p) for p in self._parents])
 
     def get_state(self):
         return _state.make_state("ZipIterDataset", parents=[p.get_state() for p in self._parents])

@@ -23,7 +23,6 @@ import dataclasses
 import importlib
 import os
 import threading
-import traceback
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -175,7 +174,7 @@ class Registry:
                 warnings.warn(
                     f"grain_core plugin {ep.name!r} ({dist} {version}) failed to load and is "
                     f"skipped: {info.error}. Set {ENV_BLOCK}={ep.name} to silence this, or "
-                    f"{ENV_STRICT}=1 to make it an error.\n{traceback.format_exc(limit=3)}",
+                    f"{ENV_STRICT}=1 to make it an error.",
                     RuntimeWarning,
                     stacklevel=4,
                 )

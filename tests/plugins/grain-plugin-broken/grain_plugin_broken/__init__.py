@@ -1,0 +1,1 @@
+"""Test-only plugin whose hook module fails to import."""

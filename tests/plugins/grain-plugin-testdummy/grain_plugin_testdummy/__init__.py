@@ -1,0 +1,1 @@
+"""Test-only plugin: a source, a transformation and a factory registered through each hook."""

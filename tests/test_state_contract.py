@@ -1,0 +1,105 @@
+"""The state contract: JSON states, exact restore, refusal of states from other pipelines."""
+
+import json
+
+import numpy as np
+import pytest
+
+import grain_core as grain
+from grain_core import state as st
+from grain_core import testing
+
+
+def _pipelines():
+    R = grain.MapDataset.range
+    yield R(60).seed(1).shuffle().map(lambda x: x + 1).to_iter_dataset()
+    yield R(60).filter(lambda x: x % 3).batch(4).to_iter_dataset(grain.ReadOptions(num_threads=2))
+    yield R(60).to_iter_dataset().filter(lambda x: x % 4).batch(3, drop_remainder=True)
+    yield R(30).seed(2).random_map(lambda x, r: x + int(r.integers(9))).repeat(2).to_iter_dataset()
+    yield R(40).to_iter_dataset().seed(3).random_map(lambda x, r: x * int(r.integers(9))).map_with_index(lambda i, x: (i, x))
+    yield grain.IterDataset.mix([R(20).to_iter_dataset(), R(100, 130).to_iter_dataset()], [2, 1])
+    yield grain.MapDataset.mix([R(20).seed(4).shuffle(), R(100, 130)], [1, 3]).to_iter_dataset()
+    yield grain.experimental.LimitIterDataset(R(50).to_iter_dataset(), 17)
+    yield grain.experimental.RebatchIterDataset(R(50).batch(7).to_iter_dataset(), 5)
+    yield grain.experimental.ZipIterDataset([R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()])
+    yield grain.MapDataset.concatenate([R(5), R(10, 14)])[1::2].to_iter_dataset()
+
+
+@pytest.mark.parametrize("ds", list(_pipelines()), ids=lambda d: type(d).__name__)
+def test_restore_is_exact(ds):
+    testing.assert_equal_output_after_checkpoint(ds)
+
+
+def test_state_is_json_and_small():
+    it = iter(grain.MapDataset.range(10**6).map(lambda x: np.zeros(1000)).batch(8).to_iter_dataset())
+    next(it)
+    s = it.get_state()
+    assert len(json.dumps(s)) < 300
+
+
+def test_state_from_other_pipeline_is_refused():
+    a = iter(grain.MapDataset.range(100).shuffle(seed=1).to_iter_dataset())
+    b = iter(grain.MapDataset.range(100).shuffle(seed=2).to_iter_dataset())
+    c = iter(grain.MapDataset.range(100).to_iter_dataset().batch(2))
+    next(a)
+    before = b.get_state()
+    with pytest.raises(st.StateMismatchError, match="different pipeline"):
+        b.set_state(a.get_state())
+    assert b.get_state() == before
+    with pytest.raises(st.StateMismatchError, match="BatchIterDataset"):
+        a.set_state(c.get_state())
+    with pytest.raises(TypeError, match="expects the dict"):
+        a.set_state("nope")
+
+
+def test_state_of_other_length_refused():
+    a = iter(grain.MapDataset.range(100).to_iter_dataset())
+    b = iter(grain.MapDataset.range(101).to_iter_dataset())
+    with pytest.raises(st.StateMismatchError):
+        b.set_state(a.get_state())
+
+
+def test_restore_after_exhaustion_and_threads():
+    ds = grain.MapDataset.range(25).map(lambda x: x * 3).to_iter_dataset(
+        grain.ReadOptions(num_threads=3, prefetch_buffer_size=4)
+    )
+    it = iter(ds)
+    out = list(it)
+    end = it.get_state()
+    it2 = iter(ds)
+    it2.set_state(end)
+    assert list(it2) == []
+    it2.set_state({**end, "next_index": 10})
+    assert list(it2) == out[10:]
+
+
+def test_filter_warning_and_raise_thresholds():
+    ds = grain.MapDataset.range(3000).filter(lambda x: x % 20 == 0).to_iter_dataset()
+    with pytest.warns(UserWarning, match="filters dropped"):
+        list(ds)
+    strict = grain.experimental.WithOptionsIterDataset(
+        ds, grain.experimental.DatasetOptions(filter_raise_threshold_ratio=0.5)
+    )
+    with pytest.raises(ValueError, match="filter_raise_threshold_ratio"):
+        list(strict)
+    quiet = grain.experimental.WithOptionsIterDataset(
+        grain.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 20 == 0),
+        grain.experimental.DatasetOptions(filter_warn_threshold_ratio=None, filter_raise_threshold_ratio=0.5),
+    )
+    with pytest.raises(ValueError, match="filter_raise_threshold_ratio"):
+        list(quiet)
+
+
+def test_error_in_map_surfaces_at_the_element():
+    def boom(x):
+        if x == 37:
+            raise RuntimeError("bad element 37")
+        return x
+
+    it = iter(grain.MapDataset.range(100).map(boom).to_iter_dataset(grain.ReadOptions(num_threads=2)))
+    got = []
+    with pytest.raises(RuntimeError, match="bad element 37"):
+        for x in it:
+            got.append(x)
+    assert got == list(range(37))
+    it.close()
