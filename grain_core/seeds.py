@@ -23,6 +23,7 @@ import numpy as np
 
 __all__ = [
     "MAX_SEED",
+    "ElementRngs",
     "IndexPermutation",
     "derive_seed",
     "element_rng",
@@ -80,6 +81,38 @@ def element_rng(seed: int, index: int) -> np.random.Generator:
     """
     bitgen = np.random.Philox(key=int(seed) & _M64, counter=[0, 0, 0, int(index) & _M64])
     return np.random.Generator(bitgen)
+
+
+class ElementRngs:
+    """Per-element generators for one transformation seeded ``seed``, reusing one generator per
+    thread: ``rngs(index)`` equals ``element_rng(seed, index)`` in every draw but costs a state
+    reset instead of a construction. The returned generator is only valid until the next call
+    from the same thread.
+    """
+
+    def __init__(self, seed: int):
+        import threading
+
+        self._key = np.array([int(seed) & _M64, 0], dtype=np.uint64)
+        self._local = threading.local()
+
+    def __call__(self, index: int) -> np.random.Generator:
+        local = self._local
+        gen = getattr(local, "gen", None)
+        if gen is None:
+            gen = local.gen = np.random.Generator(np.random.Philox(key=int(self._key[0])))
+        gen.bit_generator.state = {
+            "bit_generator": "Philox",
+            "state": {
+                "counter": np.array([0, 0, 0, int(index) & _M64], dtype=np.uint64),
+                "key": self._key,
+            },
+            "buffer": np.zeros(4, dtype=np.uint64),
+            "buffer_pos": 4,
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return gen
 
 
 def _mix_array(x: np.ndarray) -> np.ndarray:

@@ -77,3 +77,10 @@ def test_permutation_size_bounds(n):
     else:
         with pytest.raises(ValueError):
             seeds.IndexPermutation(n, 1)
+
+
+def test_element_rngs_match_element_rng():
+    rngs = seeds.ElementRngs(99)
+    for i in [0, 1, 7, 2**40]:
+        expected = seeds.element_rng(99, i).integers(0, 2**31, size=6)
+        assert np.array_equal(rngs(i).integers(0, 2**31, size=6), expected)

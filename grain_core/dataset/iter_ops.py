@@ -149,12 +149,13 @@ class _RandomMapIterator(_OneParentIterator):
     def __init__(self, parent, fn, seed):
         super().__init__(parent)
         self._fn, self._seed, self._count = fn, seed, 0
+        self._rngs = _seeds.ElementRngs(seed)
 
     def __next__(self):
         x = next(self._parent)
         i = self._count
         self._count = i + 1
-        return self._fn(x, _seeds.element_rng(self._seed, i))
+        return self._fn(x, self._rngs(i))
 
     def _extra_state(self):
         return {"count": self._count, "seed": self._seed}

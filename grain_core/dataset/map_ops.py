@@ -234,20 +234,19 @@ class RandomMapMapDataset(_OneToOneMapDataset):
     def __init__(self, parent: MapDataset, transform: Any, seed: int | None = None):
         super().__init__(parent, transform, tr.RandomMap, "random_map()")
         self._seed = self._resolve_seed(seed)
+        self._rngs = _seeds.ElementRngs(self._seed)
 
     def _fingerprint_fields(self):
         return (self._seed,)
 
     def _getitem(self, index):
         x = self._parent._getitem(index)
-        return None if x is None else self._fn(x, _seeds.element_rng(self._seed, index))
+        return None if x is None else self._fn(x, self._rngs(index))
 
     def __getitems__(self, indices):
-        fn, seed, rng = self._fn, self._seed, _seeds.element_rng
+        fn, rng = self._fn, self._rngs
         items = self._parent.__getitems__(indices)
-        return [
-            None if x is None else fn(x, rng(seed, int(i))) for i, x in zip(indices, items)
-        ]
+        return [None if x is None else fn(x, rng(int(i))) for i, x in zip(indices, items)]
 
 
 class MapWithIndexMapDataset(_OneToOneMapDataset):
