@@ -1,0 +1,465 @@
+"""``DataLoader``: a data source, a sampler and a flat list of transforms, run as a Dataset pipeline.
+
+The loader is a thin layer over the Dataset kernel. It builds::
+
+    _SamplerSourceMapDataset   position i -> data_source[sampler.record_key(i)]  (bulk reads)
+    _OperationsMapDataset      the leading Map / RandomMap / MapWithIndex / Filter operations, each
+                               record seeing its sampler metadata (index, rng)
+    [i::shard_count]           only when the DataLoader itself is given shard_options
+    .batch(...)                the first Batch, when no Filter or FlatMap precedes it
+    .to_iter_dataset(read_options)
+    .apply(rest)               the operations from the first FlatMap (or filtered Batch) on
+    .mp_prefetch(MultiprocessingOptions(worker_count, worker_buffer_size))   when worker_count > 0
+
+so threads, worker processes and checkpointing all come from the kernel and the runtime. With workers
+each worker reads its slice of the ``MapDataset`` stage and runs the rest of the pipeline itself, so
+iterator-side batching (after a ``Filter`` or ``FlatMap``) happens per worker, as in Grain.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_core import state as _state
+from grain_core import transforms as tr
+from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.map_ops import source_identity
+from grain_core.options import MultiprocessingOptions, ReadOptions
+from grain_core.sharding import ShardOptions
+
+__all__ = ["DataLoader", "DataLoaderIterator"]
+
+_TRANSFORMS = (tr.Map, tr.RandomMap, tr.MapWithIndex, tr.Filter, tr.FlatMap, tr.Batch)
+_MAP, _RANDOM, _INDEX, _FILTER = range(4)
+_STATE_KIND = "DataLoaderIterator"
+_STATE_VERSION = 1
+
+
+def _sampler_len(sampler: Any) -> int:
+    try:
+        return len(sampler)
+    except TypeError:
+        return sys.maxsize
+
+
+class _SamplerSourceMapDataset(MapDataset):
+    """Position ``i`` of the sampler's stream → the data source's record at ``sampler[i]``."""
+
+    def __init__(self, sampler: Any, source: Any):
+        super().__init__()
+        self._sampler = sampler
+        self._source = source
+        self._len = _sampler_len(sampler)
+        self._bulk = getattr(source, "__getitems__", None)
+        self._keys = getattr(sampler, "record_keys", None)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _fingerprint_fields(self):
+        return (repr(self._sampler), source_identity(self._source))
+
+    def _record_keys(self, positions: np.ndarray) -> list[int]:
+        if self._keys is not None:
+            return self._keys(positions).tolist()
+        return [int(self._sampler[i].record_key) for i in positions.tolist()]
+
+    def _getitem(self, index: int):
+        if self._len == 0:
+            raise IndexError("The sampler has no positions.")
+        return self._source[self._record_keys(np.asarray([index % self._len]))[0]]
+
+    def __getitems__(self, indices):
+        if len(indices) == 0:
+            return []
+        if self._len == 0:
+            raise IndexError("The sampler has no positions.")
+        keys = self._record_keys(np.asarray(indices, dtype=np.int64) % self._len)
+        if self._bulk is not None:
+            return list(self._bulk(keys))
+        src = self._source
+        return [src[k] for k in keys]
+
+    def __str__(self) -> str:
+        return f"DataLoaderSource({source_identity(self._source)}, {self._sampler!r})"
+
+
+class _OperationsMapDataset(MapDataset):
+    """Applies 1:1 operations in order; ``RandomMap`` gets the sampler's per-record ``rng`` (one
+    generator shared by all RandomMaps of a record, as in Grain), ``MapWithIndex`` the position.
+    A failed ``Filter`` gives ``None``."""
+
+    def __init__(self, parent: MapDataset, ops: Sequence[Any], sampler: Any):
+        super().__init__(parent)
+        self._parent = parent
+        self._sampler = sampler
+        self._names = tuple(type(op).__name__ for op in ops)
+        steps = []
+        for op in ops:
+            if isinstance(op, tr.Map):
+                steps.append((_MAP, op.map))
+            elif isinstance(op, tr.RandomMap):
+                steps.append((_RANDOM, op.random_map))
+            elif isinstance(op, tr.MapWithIndex):
+                steps.append((_INDEX, op.map_with_index))
+            else:
+                steps.append((_FILTER, op.filter))
+        self._steps = tuple(steps)
+        self._maps_only = all(kind == _MAP for kind, _ in steps)
+        self._rng = getattr(sampler, "rng", None)
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _fingerprint_fields(self):
+        return self._names
+
+    def _record_rng(self, index: int):
+        if self._rng is not None:
+            return self._rng(index)
+        return self._sampler[index].rng
+
+    def _apply(self, index: int, x: Any) -> Any:
+        rng = None
+        for kind, fn in self._steps:
+            if kind == _MAP:
+                x = fn(x)
+            elif kind == _RANDOM:
+                if rng is None:
+                    rng = self._record_rng(index)
+                x = fn(x, rng)
+            elif kind == _INDEX:
+                x = fn(index, x)
+            elif not fn(x):
+                return None
+        return x
+
+    def _getitem(self, index: int):
+        x = self._parent._getitem(index)
+        return None if x is None else self._apply(index, x)
+
+    def __getitems__(self, indices):
+        items = self._parent.__getitems__(indices)
+        if self._maps_only:
+            for _, fn in self._steps:
+                items = [fn(x) for x in items]
+            return items
+        apply = self._apply
+        return [apply(int(i), x) for i, x in zip(indices, items)]
+
+    def __str__(self) -> str:
+        return f"DataLoaderOperations({', '.join(self._names)})"
+
+
+def _check_operations(operations: Any) -> list[Any]:
+    if isinstance(operations, (str, bytes)) or not isinstance(operations, Sequence):
+        try:
+            operations = list(operations)
+        except TypeError:
+            raise TypeError(
+                "DataLoader operations must be a sequence of grain_core.transforms objects, got "
+                f"{type(operations).__name__}."
+            ) from None
+    ops = list(operations)
+    for i, op in enumerate(ops):
+        if not isinstance(op, _TRANSFORMS):
+            raise TypeError(
+                f"DataLoader operations[{i}] is a {type(op).__name__}; expected a "
+                "grain_core.transforms Map, RandomMap, MapWithIndex, Filter, FlatMap or Batch "
+                "object. Wrap plain functions in a Map subclass."
+            )
+    return ops
+
+
+class DataLoader:
+    """Reads ``data_source`` in the order of ``sampler``, applies ``operations`` and batches.
+
+    Args:
+      data_source: a ``RandomAccessDataSource`` (``len`` and ``[]``); used as a context manager
+        while iterating when it is one.
+      sampler: an ``IndexSampler`` (or any ``Sampler``); its ``num_records`` must equal
+        ``len(data_source)``.
+      operations: ``Map``, ``RandomMap``, ``MapWithIndex``, ``Filter``, ``FlatMap`` and ``Batch``
+        objects, applied in order.
+      worker_count: worker processes (0 reads in this process).
+      worker_buffer_size: elements each worker may hold ahead of the consumer.
+      shard_options: shard the sampler's stream here instead (every ``shard_count``-th position,
+        starting at ``shard_index``); only with an unsharded sampler.
+      read_options: threads and read-ahead of each process (``ReadOptions()`` by default).
+      enable_profiling: log per-worker timings.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_source: Any,
+        sampler: Any,
+        operations: Sequence[Any] = (),
+        worker_count: int | None = 0,
+        worker_buffer_size: int = 1,
+        shard_options: ShardOptions | None = None,
+        read_options: ReadOptions | None = None,
+        enable_profiling: bool = False,
+    ):
+        if not (hasattr(data_source, "__len__") and hasattr(data_source, "__getitem__")):
+            raise TypeError(
+                "DataLoader data_source must support len() and [] (a RandomAccessDataSource), got "
+                f"{type(data_source).__name__}."
+            )
+        if not hasattr(sampler, "__getitem__"):
+            raise TypeError(
+                f"DataLoader sampler must be an IndexSampler or Sampler, got {type(sampler).__name__}."
+            )
+        num_records = getattr(sampler, "num_records", None)
+        if num_records is not None and num_records != len(data_source):
+            raise ValueError(
+                f"The sampler has num_records={num_records} but the data source has "
+                f"{len(data_source)} records; build the sampler with num_records=len(data_source)."
+            )
+        self._operations = _check_operations(operations)
+        worker_count = 0 if worker_count is None else worker_count
+        self._mp_options = MultiprocessingOptions(
+            num_workers=worker_count,
+            per_worker_buffer_size=worker_buffer_size,
+            enable_profiling=bool(enable_profiling),
+        )
+        if read_options is None:
+            read_options = ReadOptions()
+        if not isinstance(read_options, ReadOptions):
+            raise TypeError(f"read_options must be a ReadOptions, got {type(read_options).__name__}.")
+        if shard_options is not None and not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                f"shard_options must be a ShardOptions, got {type(shard_options).__name__}."
+            )
+        if shard_options is not None and shard_options.shard_count > 1:
+            sampler_shards = getattr(sampler, "shard_options", None)
+            if sampler_shards is not None and sampler_shards.shard_count > 1:
+                raise ValueError(
+                    "Both the sampler and the DataLoader have shard_options; shard in one place "
+                    "(preferably the sampler)."
+                )
+        else:
+            shard_options = None
+        for i, op in enumerate(self._operations):
+            if isinstance(op, tr.RandomMap) and getattr(sampler, "rng_seed", 0) is None:
+                raise ValueError(
+                    f"DataLoader operations[{i}] is a RandomMap, but the sampler has no seed to "
+                    "draw per-record random generators from. Pass seed= to the IndexSampler."
+                )
+        self._data_source = data_source
+        self._sampler = sampler
+        self._shard_options = shard_options
+        self._read_options = read_options
+        self._dataset = self._build(data_source)
+
+    @property
+    def data_source(self) -> Any:
+        return self._data_source
+
+    @property
+    def sampler(self) -> Any:
+        return self._sampler
+
+    @property
+    def operations(self) -> list[Any]:
+        return list(self._operations)
+
+    @property
+    def worker_count(self) -> int:
+        return self._mp_options.num_workers
+
+    @property
+    def multiprocessing_options(self) -> MultiprocessingOptions:
+        return self._mp_options
+
+    @property
+    def read_options(self) -> ReadOptions:
+        return self._read_options
+
+    @property
+    def dataset(self) -> IterDataset:
+        """The ``IterDataset`` pipeline this loader runs."""
+        return self._dataset
+
+    def _build(self, source: Any) -> IterDataset:
+        ops = self._operations
+        split = next(
+            (i for i, op in enumerate(ops) if isinstance(op, (tr.FlatMap, tr.Batch))), len(ops)
+        )
+        ds: MapDataset = _SamplerSourceMapDataset(self._sampler, source)
+        if split:
+            ds = _OperationsMapDataset(ds, ops[:split], self._sampler)
+        if self._shard_options is not None:
+            so = self._shard_options
+            n = len(ds)
+            stop = None
+            if so.drop_remainder and n < sys.maxsize:
+                stop = (n // so.shard_count) * so.shard_count
+            ds = ds[so.shard_index : stop : so.shard_count]
+        rest = ops[split:]
+        filtered = any(isinstance(op, tr.Filter) for op in ops[:split])
+        if rest and isinstance(rest[0], tr.Batch) and not filtered:
+            b = rest[0]
+            ds = ds.batch(b.batch_size, drop_remainder=b.drop_remainder, batch_fn=b.batch_fn)
+            rest = rest[1:]
+        it_ds = ds.to_iter_dataset(self._read_options)
+        if rest:
+            it_ds = it_ds.apply(rest)
+        if self._mp_options.num_workers > 0:
+            it_ds = it_ds.mp_prefetch(self._mp_options)
+        return it_ds
+
+    def __iter__(self) -> DataLoaderIterator:
+        return DataLoaderIterator(self)
+
+    def __repr__(self) -> str:
+        ops = ", ".join(tr.transform_name(op) for op in self._operations)
+        return (
+            f"DataLoader(data_source={source_identity(self._data_source)}, "
+            f"sampler={self._sampler!r}, operations=[{ops}], "
+            f"worker_count={self._mp_options.num_workers}, "
+            f"worker_buffer_size={self._mp_options.per_worker_buffer_size})"
+        )
+
+
+def _is_context_manager(obj: Any) -> bool:
+    cls = type(obj)
+    return hasattr(cls, "__enter__") and hasattr(cls, "__exit__")
+
+
+class DataLoaderIterator:
+    """Iterates a ``DataLoader``. ``get_state()`` returns JSON bytes; ``set_state(bytes)`` resumes
+    exactly there. The data source is entered once when iteration starts and exited at the end or on
+    ``close()``."""
+
+    def __init__(self, loader: DataLoader):
+        self._loader = loader
+        self._source_entered = False
+        self._finished = False
+        self._closed = False
+        self._last_state: dict[str, Any] | None = None
+        self._it: DatasetIterator | None = None
+        self._open()
+
+    def _open(self) -> None:
+        loader = self._loader
+        source = loader.data_source
+        dataset = loader.dataset
+        if _is_context_manager(source):
+            entered = source.__enter__()
+            self._source_entered = True
+            if (
+                entered is not None
+                and entered is not source
+                and hasattr(entered, "__getitem__")
+                and hasattr(entered, "__len__")
+            ):
+                dataset = loader._build(entered)
+        try:
+            self._it = iter(dataset)
+        except BaseException:
+            self._exit_source()
+            raise
+        self._finished = False
+        self._closed = False
+
+    def _exit_source(self) -> None:
+        if self._source_entered:
+            self._source_entered = False
+            self._loader.data_source.__exit__(None, None, None)
+
+    def _release(self) -> None:
+        it, self._it = self._it, None
+        if it is not None:
+            try:
+                self._last_state = it.get_state()
+            finally:
+                try:
+                    it.close()
+                finally:
+                    self._exit_source()
+        else:
+            self._exit_source()
+
+    def __iter__(self) -> DataLoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        it = self._it
+        if it is None:
+            if self._closed:
+                raise RuntimeError("This DataLoaderIterator was closed; call iter(loader) again.")
+            raise StopIteration
+        try:
+            return next(it)
+        except StopIteration:
+            self._finished = True
+            self._release()
+            raise
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def _inner_state(self) -> dict[str, Any]:
+        if self._it is not None:
+            return self._it.get_state()
+        if self._last_state is None:
+            raise RuntimeError("This DataLoaderIterator was closed before it produced a state.")
+        return self._last_state
+
+    def get_state(self) -> bytes:
+        """The position as JSON-encoded bytes."""
+        state = _state.make_state(
+            _STATE_KIND,
+            version=_STATE_VERSION,
+            sampler=repr(self._loader.sampler),
+            worker_count=self._loader.worker_count,
+            iterator=self._inner_state(),
+        )
+        return json.dumps(state, sort_keys=True, allow_nan=False).encode("utf-8")
+
+    def set_state(self, state: bytes | str | dict[str, Any]) -> None:
+        """Moves to the position of a state from ``get_state()`` of a loader like this one."""
+        if isinstance(state, (bytes, bytearray, str)):
+            try:
+                state = json.loads(state)
+            except ValueError as e:
+                raise _state.StateMismatchError(
+                    f"DataLoaderIterator.set_state expects the bytes returned by get_state(): {e}"
+                ) from e
+        _state.expect_state(
+            state,
+            _STATE_KIND,
+            ("iterator", "version"),
+            version=_STATE_VERSION,
+            sampler=repr(self._loader.sampler),
+        )
+        if self._it is None:
+            self._open()
+        self._it.set_state(state["iterator"])
+
+    def close(self) -> None:
+        """Stops workers and threads and exits the data source's context. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+
+    def __enter__(self) -> DataLoaderIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"DataLoaderIterator({self._loader!r})"

@@ -1,0 +1,234 @@
+"""Samplers: which record the ``DataLoader`` reads at each position of its stream.
+
+``IndexSampler`` covers epochs (a fixed number or forever), per-epoch shuffling within this process's
+shard and contiguous sharding. Position ``i`` of the stream is epoch ``i // shard_size``; within an
+epoch the shard's records are visited in order or in the order of
+``seeds.IndexPermutation(shard_size, seed, epoch)``, so every epoch is shuffled differently and every
+run with the same seed identically. ``sampler[i]`` is the ``RecordMetadata`` of position ``i``; its
+``rng`` is ``seeds.element_rng`` keyed by a seed derived from ``seed`` and the shard, and by ``i``.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from grain_core import seeds as _seeds
+from grain_core.records import RecordMetadata
+from grain_core.sharding import NoSharding, ShardOptions
+
+__all__ = ["IndexSampler", "Sampler", "SequentialSampler"]
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Anything with ``sampler[i] -> RecordMetadata`` for positions ``i = 0, 1, ...``; raises
+    ``IndexError`` past the end. Samplers may also define ``__len__`` (positions in the stream) and
+    ``record_keys(positions) -> np.ndarray`` for fast bulk lookup."""
+
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+
+
+class IndexSampler:
+    """Positions → records with epochs, per-epoch shuffling and contiguous sharding.
+
+    Args:
+      num_records: records in the data source (must equal ``len(data_source)``).
+      shard_options: which contiguous part of the records this process reads.
+      shuffle: visit each epoch's records in a new seeded order (needs ``seed``).
+      num_epochs: passes over the shard; ``None`` repeats forever.
+      seed: seed of the shuffle and of the per-record ``rng``, an int in ``[0, 2**32)``.
+    """
+
+    def __init__(
+        self,
+        num_records: int,
+        shard_options: ShardOptions | None = None,
+        shuffle: bool = False,
+        num_epochs: int | None = 1,
+        seed: int | None = None,
+    ):
+        if isinstance(num_records, bool):
+            raise TypeError("IndexSampler num_records must be an int, got bool.")
+        try:
+            num_records = operator.index(num_records)
+        except TypeError:
+            raise TypeError(
+                f"IndexSampler num_records must be an int, got {type(num_records).__name__}."
+            ) from None
+        if num_records <= 0:
+            raise ValueError(f"IndexSampler num_records must be > 0, got {num_records}.")
+        if shard_options is None:
+            shard_options = NoSharding()
+        if not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                "IndexSampler shard_options must be a ShardOptions (NoSharding(), "
+                f"ShardByJaxProcess(), ShardOptions(...)), got {type(shard_options).__name__}."
+            )
+        if num_epochs is not None:
+            if isinstance(num_epochs, bool):
+                raise TypeError("IndexSampler num_epochs must be a positive int or None, got bool.")
+            num_epochs = operator.index(num_epochs)
+            if num_epochs <= 0:
+                raise ValueError(
+                    f"IndexSampler num_epochs must be a positive int or None, got {num_epochs}."
+                )
+        if seed is not None:
+            seed = _seeds.validate_seed(seed, "IndexSampler seed")
+        if shuffle and seed is None:
+            raise ValueError("IndexSampler(shuffle=True) needs a seed, e.g. seed=0.")
+        self._num_records = num_records
+        self._shard_options = shard_options
+        self._shuffle = bool(shuffle)
+        self._num_epochs = num_epochs
+        self._seed = seed
+        self._start, end = shard_options.bounds(num_records)
+        self._size = end - self._start
+        if self._size == 0:
+            self._len = 0
+        elif num_epochs is None:
+            self._len = sys.maxsize
+        else:
+            self._len = self._size * num_epochs
+        self._rng_seed = (
+            None
+            if seed is None
+            else _seeds.derive_seed((seed,), shard_options.shard_index, shard_options.shard_count)
+        )
+        self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
+
+    # --- properties -------------------------------------------------------------------------------
+
+    @property
+    def num_records(self) -> int:
+        return self._num_records
+
+    @property
+    def shard_options(self) -> ShardOptions:
+        return self._shard_options
+
+    @property
+    def shuffle(self) -> bool:
+        return self._shuffle
+
+    @property
+    def num_epochs(self) -> int | None:
+        return self._num_epochs
+
+    @property
+    def seed(self) -> int | None:
+        return self._seed
+
+    @property
+    def shard_range(self) -> tuple[int, int]:
+        """The ``[start, end)`` records of this shard."""
+        return self._start, self._start + self._size
+
+    @property
+    def rng_seed(self) -> int | None:
+        """The seed keying every position's ``rng`` (None without a seed)."""
+        return self._rng_seed
+
+    def __len__(self) -> int:
+        """Positions in the stream (``sys.maxsize`` when infinite)."""
+        return self._len
+
+    # --- lookup -----------------------------------------------------------------------------------
+
+    def _perm(self, epoch: int) -> _seeds.IndexPermutation:
+        cached = self._perm_cache
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        perm = _seeds.IndexPermutation(self._size, self._seed, epoch)
+        self._perm_cache = (epoch, perm)
+        return perm
+
+    def _check(self, index: Any) -> int:
+        if isinstance(index, bool):
+            raise TypeError("sampler positions must be ints, got bool.")
+        i = operator.index(index)
+        if not 0 <= i < self._len:
+            raise IndexError(f"position {i} is outside this sampler's {self._len} positions.")
+        return i
+
+    def record_key(self, index: int) -> int:
+        """The record read at position ``index``."""
+        i = self._check(index)
+        epoch, j = divmod(i, self._size)
+        if self._shuffle:
+            j = self._perm(epoch)(j)
+        return self._start + j
+
+    def record_keys(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The records read at ``positions`` (vectorised)."""
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size == 0:
+            return pos.copy()
+        if int(pos.min()) < 0 or int(pos.max()) >= self._len:
+            bad = int(pos.min()) if int(pos.min()) < 0 else int(pos.max())
+            raise IndexError(f"position {bad} is outside this sampler's {self._len} positions.")
+        epochs, local = np.divmod(pos, self._size)
+        if self._shuffle:
+            first = int(epochs[0])
+            if (epochs == first).all():
+                local = self._perm(first)(local)
+            else:
+                out = np.empty_like(local)
+                for e in np.unique(epochs).tolist():
+                    sel = epochs == e
+                    out[sel] = _seeds.IndexPermutation(self._size, self._seed, e)(local[sel])
+                local = out
+        return local + self._start
+
+    def rng(self, index: int) -> np.random.Generator | None:
+        """The per-record generator of position ``index`` (None without a seed)."""
+        if self._rng_seed is None:
+            return None
+        return _seeds.element_rng(self._rng_seed, index)
+
+    def __getitem__(self, index: int) -> RecordMetadata:
+        i = self._check(index)
+        return RecordMetadata(index=i, record_key=self.record_key(i), rng=self.rng(i))
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        i = 0
+        while i < self._len:
+            yield self[i]
+            i += 1
+
+    # --- identity ---------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_records={self._num_records}, "
+            f"shard_options={self._shard_options!r}, shuffle={self._shuffle}, "
+            f"num_epochs={self._num_epochs}, seed={self._seed})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and repr(other) == repr(self)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_perm_cache"] = None
+        return state
+
+
+class SequentialSampler(IndexSampler):
+    """One epoch over this shard's records in order."""
+
+    def __init__(self, num_records: int, shard_options: ShardOptions | None = None, seed: int | None = None):
+        super().__init__(num_records, shard_options, shuffle=False, num_epochs=1, seed=seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"SequentialSampler(num_records={self._num_records}, "
+            f"shard_options={self._shard_options!r}, seed={self._seed})"
+        )

@@ -1,0 +1,113 @@
+"""How records are split between processes: ``ShardOptions``, ``NoSharding``, ``ShardByJaxProcess``.
+
+Sharding is contiguous: shard ``i`` of ``n`` reads the records ``[start, end)`` given by
+:func:`shard_bounds`. Without ``drop_remainder`` the first ``num_records % n`` shards hold one record
+more than the others; with it every shard holds ``num_records // n`` records and the rest are never
+read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+__all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "shard_bounds"]
+
+
+def _int(owner: str, name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{owner}.{name} must be an int, got bool.")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__}.") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardOptions:
+    """This process reads shard ``shard_index`` of ``shard_count``.
+
+    Attributes:
+      shard_index: which shard, in ``[0, shard_count)``.
+      shard_count: how many shards the records are split into.
+      drop_remainder: give every shard exactly ``num_records // shard_count`` records (the
+        remainder is not read), so all processes take the same number of steps.
+    """
+
+    shard_index: int
+    shard_count: int
+    drop_remainder: bool = False
+
+    def __post_init__(self):
+        owner = type(self).__name__
+        index = _int(owner, "shard_index", self.shard_index)
+        count = _int(owner, "shard_count", self.shard_count)
+        if count <= 0:
+            raise ValueError(f"{owner}.shard_count must be a positive int, got {count}.")
+        if not 0 <= index < count:
+            raise ValueError(
+                f"{owner}.shard_index must be in [0, shard_count={count}), got {index}."
+            )
+        object.__setattr__(self, "shard_index", index)
+        object.__setattr__(self, "shard_count", count)
+        object.__setattr__(self, "drop_remainder", bool(self.drop_remainder))
+
+    def bounds(self, num_records: int) -> tuple[int, int]:
+        """The ``[start, end)`` record range of this shard out of ``num_records``."""
+        return shard_bounds(num_records, self.shard_index, self.shard_count, self.drop_remainder)
+
+
+class NoSharding(ShardOptions):
+    """Every process reads all records (a single shard)."""
+
+    def __init__(self):
+        super().__init__(shard_index=0, shard_count=1, drop_remainder=False)
+
+    def __repr__(self) -> str:
+        return "NoSharding()"
+
+
+class ShardByJaxProcess(ShardOptions):
+    """One shard per JAX process: ``jax.process_index()`` of ``jax.process_count()``."""
+
+    def __init__(self, drop_remainder: bool = False):
+        try:
+            import jax
+        except ImportError as e:
+            raise ImportError(
+                "ShardByJaxProcess reads jax.process_index() and jax.process_count(), but jax is "
+                "not installed. Install it with `pip install jax` (or `pip install "
+                "grain-core[jax]`), or pass ShardOptions(shard_index, shard_count) yourself."
+            ) from e
+        super().__init__(
+            shard_index=jax.process_index(),
+            shard_count=jax.process_count(),
+            drop_remainder=drop_remainder,
+        )
+
+    def __repr__(self) -> str:
+        return f"ShardByJaxProcess(drop_remainder={self.drop_remainder})"
+
+
+def shard_bounds(
+    num_records: int, shard_index: int, shard_count: int, drop_remainder: bool = False
+) -> tuple[int, int]:
+    """Returns ``(start, end)``: the contiguous records of shard ``shard_index`` of ``shard_count``.
+
+    The shards are disjoint and, without ``drop_remainder``, cover ``[0, num_records)``; their sizes
+    differ by at most one. With ``drop_remainder`` every shard has ``num_records // shard_count``.
+    """
+    num_records = operator.index(num_records)
+    if num_records < 0:
+        raise ValueError(f"num_records must be >= 0, got {num_records}.")
+    if shard_count <= 0 or not 0 <= shard_index < shard_count:
+        raise ValueError(
+            f"shard_index must be in [0, shard_count) with shard_count > 0, got "
+            f"shard_index={shard_index}, shard_count={shard_count}."
+        )
+    size, extra = divmod(num_records, shard_count)
+    if drop_remainder:
+        start = shard_index * size
+        return start, start + size
+    start = shard_index * size + min(shard_index, extra)
+    return start, start + size + (1 if shard_index < extra else 0)
