@@ -67,12 +67,14 @@ def run_workloads(workloads: list[Workload], ours: Any, theirs: Any | None) -> l
     for w in workloads:
         data = w.setup() if w.setup else None
         args = () if data is None else (data,)
-        ours_rate = measure(lambda: w.build(ours, *args), w.count, w.max_seconds)
+        ours_rate = measure(lambda w=w, a=args: w.build(ours, *a), w.count, w.max_seconds)
         theirs_rate = None
         if theirs is not None:
             builder = w.build_theirs or w.build
             try:
-                theirs_rate = measure(lambda: builder(theirs, *args), w.count, w.max_seconds)
+                theirs_rate = measure(
+                    lambda b=builder, a=args: b(theirs, *a), w.count, w.max_seconds
+                )
             except Exception as e:  # grain lacking a feature is reported, not fatal
                 print(f"  [{w.name}] grain failed: {type(e).__name__}: {e}")
         refs = {}

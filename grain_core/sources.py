@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, SupportsIndex, TypeVar, runtime_checkable
+from typing import Protocol, SupportsIndex, TypeVar, runtime_checkable
 
 from grain_core.lazy import lazy_module_attrs
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -120,7 +120,7 @@ MapWithIndexTransform = MapWithIndex
 FilterTransform = Filter
 FlatMapTransform = FlatMap
 
-Transformation = Union[Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch]
+Transformation = Map | RandomMap | MapWithIndex | Filter | FlatMap | Batch
 
 
 def transform_name(transform: Any) -> str:

@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
-from grain_core.dataset.prefetch import FilterRatioError, PrefetchDatasetIterator, PrefetchIterDataset
+from grain_core.dataset.prefetch import (
+    FilterRatioError,
+    PrefetchDatasetIterator,
+    PrefetchIterDataset,
+)
 
 __all__ = [
     "DatasetIterator",
