@@ -1,0 +1,331 @@
+"""``InterleaveIterDataset``: round-robin over ``cycle_length`` open iterators of many datasets.
+
+The order is Grain's: slots ``0 .. cycle_length-1`` take turns yielding one element each. A slot
+with no iterator opens the next unopened dataset; a slot whose iterator is exhausted is refilled with
+the next unopened dataset at once (in the same turn); once every dataset is opened, empty slots are
+skipped, and iteration ends when all slots are empty. With ``cycle_length=2`` over ``[range(3),
+range(10, 14)]`` the output is ``[0, 10, 1, 11, 2, 12, 13]``.
+
+Background work (off by default; neither changes the order nor the states):
+
+* ``num_make_iter_threads > 0``: the next ``make_iter_buffer_size`` datasets' iterators are created
+  ahead in that many threads (useful when opening a file is slow).
+* ``iter_buffer_size > 0``: every open iterator is read ahead in its own thread into a queue of that
+  many elements, each stored with the iterator state after it, so checkpoints stay exact.
+"""
+
+from __future__ import annotations
+
+import operator
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import grain_core as grain
+from grain_core import state as _state
+
+__all__ = ["InterleaveIterDataset"]
+
+_END = object()
+
+
+def _non_negative(value: Any, name: str, positive: bool = False) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"InterleaveIterDataset: {name} must be an int, got bool.")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"InterleaveIterDataset: {name} must be an int, got {type(value).__name__}."
+        ) from None
+    if v < (1 if positive else 0):
+        raise ValueError(
+            f"InterleaveIterDataset: {name} must be {'positive' if positive else '>= 0'}, got {v}."
+        )
+    return v
+
+
+class InterleaveIterDataset(grain.IterDataset):
+    """Interleaves the elements of ``datasets``, ``cycle_length`` of them open at a time.
+
+    Args:
+      datasets: a ``MapDataset`` whose elements are ``IterDataset``s (e.g.
+        ``MapDataset.source(files).map(MyFileIterDataset)``) or a sequence of ``IterDataset``s.
+        ``MapDataset`` items are read through ``to_iter_dataset()``.
+      cycle_length: how many datasets are read from at a time, in turn.
+      num_make_iter_threads: threads creating upcoming iterators ahead (0: none).
+      make_iter_buffer_size: how many upcoming iterators are created ahead.
+      iter_buffer_size: elements read ahead per open iterator in a background thread (0: none).
+    """
+
+    def __init__(
+        self,
+        datasets: grain.MapDataset | Sequence[grain.IterDataset],
+        *,
+        cycle_length: int,
+        num_make_iter_threads: int = 0,
+        make_iter_buffer_size: int = 1,
+        iter_buffer_size: int = 0,
+    ):
+        if isinstance(datasets, grain.MapDataset):
+            parents: Any = ()
+            self._datasets: Any = datasets
+            n = len(datasets)
+            if n >= 2**62:
+                raise ValueError("InterleaveIterDataset: datasets must be finite.")
+        elif isinstance(datasets, grain.IterDataset) or not isinstance(datasets, Sequence):
+            raise TypeError(
+                "InterleaveIterDataset: datasets must be a MapDataset of IterDatasets or a "
+                f"sequence of IterDatasets, got {type(datasets).__name__}."
+            )
+        else:
+            datasets = list(datasets)
+            for d in datasets:
+                if not isinstance(d, (grain.IterDataset, grain.MapDataset)):
+                    raise TypeError(
+                        "InterleaveIterDataset: every dataset must be an IterDataset, got "
+                        f"{type(d).__name__}."
+                    )
+            parents = datasets
+            self._datasets = datasets
+            n = len(datasets)
+        super().__init__(parents)
+        self._n = n
+        self._cycle = _non_negative(cycle_length, "cycle_length", positive=True)
+        self._make_threads = _non_negative(num_make_iter_threads, "num_make_iter_threads")
+        self._make_buffer = _non_negative(make_iter_buffer_size, "make_iter_buffer_size")
+        self._iter_buffer = _non_negative(iter_buffer_size, "iter_buffer_size")
+
+    def _open(self, index: int) -> grain.DatasetIterator:
+        ds = self._datasets[index]
+        if isinstance(ds, grain.MapDataset):
+            ds = ds.to_iter_dataset()
+        if not isinstance(ds, grain.IterDataset):
+            raise TypeError(
+                f"InterleaveIterDataset: dataset {index} is a {type(ds).__name__}, not an IterDataset."
+            )
+        return iter(ds)
+
+    def __iter__(self):
+        return _InterleaveIterator(self)
+
+    def __str__(self) -> str:
+        return f"InterleaveIterDataset(num_datasets={self._n}, cycle_length={self._cycle})"
+
+
+class _Reader:
+    """Reads an iterator ahead in a thread, queueing ``(element, state after it)`` pairs."""
+
+    def __init__(self, it: grain.DatasetIterator, size: int):
+        self._it = it
+        self._queue: queue.Queue = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="interleave-reader")
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        it = self._it
+        try:
+            while not self._stop.is_set():
+                try:
+                    x = next(it)
+                except StopIteration:
+                    self._put(_END)
+                    return
+                if not self._put((x, it.get_state())):
+                    return
+        except BaseException as e:  # re-raised in the consumer
+            self._put(("error", e))
+
+    def get(self) -> Any:
+        item = self._queue.get()
+        if item is _END:
+            self._queue.put(_END)
+            raise StopIteration
+        if item[0] == "error":
+            raise item[1]
+        return item
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _Slot:
+    """One open dataset: its index, iterator and (with read-ahead) the state after what was taken."""
+
+    __slots__ = ("index", "it", "reader", "state")
+
+    def __init__(self, index: int, it: grain.DatasetIterator):
+        self.index = index
+        self.it = it
+        self.reader: _Reader | None = None
+        self.state: Any = None
+
+    def next(self, buffer: int) -> Any:
+        if not buffer:
+            return next(self.it)
+        if self.reader is None:
+            self.state = self.it.get_state()
+            self.reader = _Reader(self.it, buffer)
+        x, self.state = self.reader.get()
+        return x
+
+    def get_state(self) -> Any:
+        return self.it.get_state() if self.reader is None else self.state
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.stop()
+            self.reader = None
+        self.it.close()
+
+
+class _InterleaveIterator(grain.DatasetIterator):
+    kind = "InterleaveIterDataset"
+
+    def __init__(self, ds: InterleaveIterDataset):
+        super().__init__()
+        self._ds = ds
+        self._slots: list[_Slot | None] = [None] * ds._cycle
+        self._next_ds = 0
+        self._turn = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[int, Future] = {}
+
+    # --- opening iterators, possibly ahead ---------------------------------------------------------
+
+    def _prefetch_opens(self) -> None:
+        ds = self._ds
+        if not ds._make_threads:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(ds._make_threads, thread_name_prefix="interleave-open")
+        for i in range(self._next_ds, min(ds._n, self._next_ds + ds._make_buffer)):
+            if i not in self._pending:
+                self._pending[i] = self._pool.submit(ds._open, i)
+
+    def _open(self, index: int) -> grain.DatasetIterator:
+        fut = self._pending.pop(index, None)
+        it = fut.result() if fut is not None else self._ds._open(index)
+        if self._options is not None:
+            it._apply_options(self._options)
+        return it
+
+    def _drop_pending(self) -> None:
+        for fut in self._pending.values():
+            try:
+                fut.result().close()
+            except Exception:
+                pass
+        self._pending.clear()
+
+    # --- iteration --------------------------------------------------------------------------------
+
+    def __next__(self):
+        slots, cycle, n = self._slots, self._ds._cycle, self._ds._n
+        buffer = self._ds._iter_buffer
+        while True:
+            turn = self._turn
+            slot = slots[turn]
+            if slot is not None:
+                try:
+                    x = slot.next(buffer)
+                except StopIteration:
+                    slot.close()
+                    slots[turn] = None
+                    continue
+                self._turn = turn + 1 if turn + 1 < cycle else 0
+                return x
+            if self._next_ds < n:
+                index = self._next_ds
+                self._next_ds = index + 1
+                slots[turn] = _Slot(index, self._open(index))
+                self._prefetch_opens()
+                continue
+            if all(s is None for s in slots):
+                raise StopIteration
+            self._turn = turn + 1 if turn + 1 < cycle else 0
+
+    def get_state(self):
+        return _state.make_state(
+            self.kind,
+            num_datasets=self._ds._n,
+            cycle_length=self._ds._cycle,
+            next_dataset=self._next_ds,
+            turn=self._turn,
+            open=[
+                None if s is None else {"dataset": s.index, "state": s.get_state()}
+                for s in self._slots
+            ],
+        )
+
+    def set_state(self, state):
+        ds = self._ds
+        _state.expect_state(
+            state,
+            self.kind,
+            ("next_dataset", "turn", "open"),
+            num_datasets=ds._n,
+            cycle_length=ds._cycle,
+        )
+        opened = state["open"]
+        if len(opened) != ds._cycle:
+            raise _state.StateMismatchError(
+                f"InterleaveIterDataset state has {len(opened)} slots, this pipeline has {ds._cycle}."
+            )
+        new: list[_Slot | None] = []
+        try:
+            for entry in opened:
+                if entry is None:
+                    new.append(None)
+                    continue
+                index = int(entry["dataset"])
+                it = ds._open(index)
+                if self._options is not None:
+                    it._apply_options(self._options)
+                new.append(_Slot(index, it))
+                it.set_state(entry["state"])
+        except BaseException:
+            for s in new:
+                if s is not None:
+                    s.close()
+            raise
+        for s in self._slots:
+            if s is not None:
+                s.close()
+        self._drop_pending()
+        self._slots = new
+        self._next_ds = int(state["next_dataset"])
+        self._turn = int(state["turn"])
+        self._prefetch_opens()
+
+    def start_prefetch(self) -> None:
+        self._prefetch_opens()
+
+    def _apply_options(self, options):
+        super()._apply_options(options)
+        for s in self._slots:
+            if s is not None:
+                s.it._apply_options(options)
+
+    def close(self) -> None:
+        for i, s in enumerate(self._slots):
+            if s is not None:
+                s.close()
+                self._slots[i] = None
+        self._drop_pending()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

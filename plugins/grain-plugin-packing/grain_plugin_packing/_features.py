@@ -1,0 +1,204 @@
+"""Feature bookkeeping shared by the packers: flattening PyTrees against ``length_struct``,
+validating elements and assembling outputs with ``_segment_ids`` / ``_positions`` features."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import numpy as np
+
+Path = tuple[Any, ...]
+
+
+def flatten(tree: Any, path: Path = ()) -> list[tuple[Path, Any]]:
+    """``(path, leaf)`` pairs of a PyTree of dicts, lists and tuples (dict keys sorted)."""
+    if isinstance(tree, Mapping):
+        out: list[tuple[Path, Any]] = []
+        for k in sorted(tree, key=str):
+            out += flatten(tree[k], (*path, k))
+        return out
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        out = []
+        for i, v in enumerate(tree):
+            out += flatten(v, (*path, i))
+        return out
+    return [(path, tree)]
+
+
+def path_name(path: Path) -> str:
+    return "/".join(str(p) for p in path) or "<root>"
+
+
+def _positive(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{where} must be a positive int, got {type(value).__name__} {value!r}.")
+    v = operator.index(value)
+    if v <= 0:
+        raise ValueError(f"{where} must be positive, got {v}.")
+    return v
+
+
+class FeatureSpec:
+    """The packed features: paths, target lengths, padding values and which ones are meta."""
+
+    def __init__(
+        self,
+        owner: str,
+        length_struct: Any,
+        meta_features: Collection[str] = (),
+        padding_struct: Any = None,
+    ):
+        self.owner = owner
+        if length_struct is None:
+            raise TypeError(f"{owner}: length_struct is required.")
+        leaves = flatten(length_struct)
+        if not leaves:
+            raise ValueError(f"{owner}: length_struct has no features.")
+        self.paths = [p for p, _ in leaves]
+        self.lengths = np.array(
+            [_positive(v, f"{owner}: length_struct[{path_name(p)}]") for p, v in leaves],
+            dtype=np.int64,
+        )
+        meta = set(meta_features)
+        names = {p[-1] if p else None for p in self.paths} | {path_name(p) for p in self.paths}
+        unknown = sorted(str(m) for m in meta if m not in names)
+        if unknown:
+            raise ValueError(f"{owner}: meta_features {unknown} are not features of length_struct.")
+        self.meta = [bool(p and (p[-1] in meta or path_name(p) in meta)) for p in self.paths]
+        self.pads: list[Any] = [0] * len(self.paths)
+        if padding_struct is not None:
+            pads = dict(flatten(padding_struct))
+            extra = sorted(path_name(p) for p in pads if p not in set(self.paths))
+            if extra:
+                raise ValueError(
+                    f"{owner}: padding_struct has features {extra} not in length_struct."
+                )
+            self.pads = [0 if pads.get(p) is None else pads[p] for p in self.paths]
+        # Outputs keep dicts and add sibling keys when every packed leaf sits in a dict.
+        self.sibling_keys = all(p and isinstance(p[-1], str) for p in self.paths)
+        self.template = length_struct
+        self.trailing: list[tuple[int, ...]] | None = None
+        self.dtypes: list[np.dtype] | None = None
+
+    def arrays(self, element: Any) -> list[np.ndarray]:
+        """The element's feature arrays in ``self.paths`` order; raises on a mismatch."""
+        leaves = _flatten_like(element, self.template)
+        got = [p for p, _ in leaves]
+        if got != self.paths:
+            want = set(self.paths)
+            have = set(got)
+            missing = sorted(path_name(p) for p in want - have)
+            extra = sorted(path_name(p) for p in have - want)
+            raise ValueError(
+                f"{self.owner}: element features do not match length_struct: "
+                f"missing {missing}, not in length_struct {extra}."
+            )
+        out = []
+        for p, leaf in leaves:
+            try:
+                a = np.asarray(leaf)
+            except ValueError as e:
+                raise ValueError(f"{self.owner}: feature {path_name(p)!r} is ragged: {e}") from None
+            if a.dtype == object:
+                raise ValueError(
+                    f"{self.owner}: feature {path_name(p)!r} is ragged or not numeric (dtype object)."
+                )
+            if a.ndim == 0:
+                raise ValueError(
+                    f"{self.owner}: feature {path_name(p)!r} is a scalar; packed features need a "
+                    "leading sequence axis."
+                )
+            out.append(a)
+        if self.trailing is None:
+            self.trailing = [a.shape[1:] for a in out]
+            self.dtypes = [a.dtype for a in out]
+        else:
+            for p, a, t in zip(self.paths, out, self.trailing):
+                if a.shape[1:] != t:
+                    raise ValueError(
+                        f"{self.owner}: feature {path_name(p)!r} has trailing shape {a.shape[1:]}, "
+                        f"earlier elements had {t}."
+                    )
+        return out
+
+    def empty_rows(self, rows: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """Fresh ``(data, segment_ids, positions)`` buffers for ``rows`` packed rows."""
+        assert self.trailing is not None and self.dtypes is not None
+        data, seg, pos = [], [], []
+        for t, n, pad, dt in zip(self.trailing, self.lengths.tolist(), self.pads, self.dtypes):
+            data.append(np.full((rows, n, *t), pad, dtype=dt))
+            seg.append(np.zeros((rows, n), dtype=np.int32))
+            pos.append(np.zeros((rows, n), dtype=np.int32))
+        return data, seg, pos
+
+    def assemble(self, data: list[np.ndarray], seg: list[np.ndarray], pos: list[np.ndarray]) -> Any:
+        """The output PyTree of one packed row."""
+        if self.sibling_keys:
+            out = _copy_structure(self.template)
+            for p, meta, d, s, q in zip(self.paths, self.meta, data, seg, pos):
+                parent = out
+                for k in p[:-1]:
+                    parent = parent[k]
+                parent[p[-1]] = d
+                if not meta:
+                    parent[f"{p[-1]}_segment_ids"] = s
+                    parent[f"{p[-1]}_positions"] = q
+            return out
+        return (
+            _fill(self.template, self.paths, data),
+            _fill(self.template, self.paths, seg),
+            _fill(self.template, self.paths, pos),
+        )
+
+
+def _flatten_like(tree: Any, template: Any, path: Path = ()) -> list[tuple[Path, Any]]:
+    """Flattens ``tree`` down to the leaves of ``template`` (a leaf there takes a whole subtree)."""
+    if isinstance(template, Mapping) or (
+        isinstance(template, (list, tuple)) and not hasattr(template, "_fields")
+    ):
+        if isinstance(template, Mapping) != isinstance(tree, Mapping) or not isinstance(
+            tree, (Mapping, list, tuple)
+        ):
+            return flatten(tree, path)
+        return _flatten_children(tree, template, path)
+    return [(path, tree)]
+
+
+def _flatten_children(tree: Any, template: Any, path: Path) -> list[tuple[Path, Any]]:
+    out: list[tuple[Path, Any]] = []
+    if isinstance(tree, Mapping):
+        for k in sorted(tree, key=str):
+            if k in template:
+                out += _flatten_like(tree[k], template[k], (*path, k))
+            else:
+                out += flatten(tree[k], (*path, k))
+        return out
+    for i, v in enumerate(tree):
+        if i < len(template):
+            out += _flatten_like(v, template[i], (*path, i))
+        else:
+            out += flatten(v, (*path, i))
+    return out
+
+
+def _copy_structure(tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return {k: _copy_structure(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_copy_structure(v) for v in tree]
+    return None
+
+
+def _fill(template: Any, paths: list[Path], values: list[Any]) -> Any:
+    lookup = dict(zip(paths, values))
+
+    def build(t: Any, path: Path) -> Any:
+        if isinstance(t, Mapping):
+            return {k: build(v, (*path, k)) for k, v in t.items()}
+        if isinstance(t, (list, tuple)) and not hasattr(t, "_fields"):
+            return type(t)(build(v, (*path, i)) for i, v in enumerate(t))
+        return lookup[path]
+
+    return build(template, ())

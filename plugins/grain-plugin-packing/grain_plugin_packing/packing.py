@@ -1,0 +1,261 @@
+"""First-fit and best-fit packing of variable-length examples into fixed-length rows.
+
+A packing round fills ``num_packing_bins`` bins: each element goes into the first bin (first fit) or
+the fullest bin (best fit) where every feature fits and the bin holds fewer than
+``max_sequences_per_bin`` sequences. When an element fits nowhere, the round ends: its non-empty
+bins are yielded (in bin order, or shuffled with ``shuffle_bins``) and the element starts the next
+round. At the end of the input the last round's bins are yielded. A feature longer than its target
+length is truncated to it (never dropped); elements whose features are all empty are skipped.
+
+Each packed feature ``f`` comes out padded to its target length with its padding value (0 unless
+``padding_struct`` says otherwise) next to ``f_segment_ids`` (1-based per packed example, 0 on
+padding) and ``f_positions`` (0-based within each example); ``meta_features`` are packed but get no
+segment ids or positions.
+
+Checkpoints: the state names the parent state from which the current round can be rebuilt (plus how
+many elements to skip to re-read the element carried over from the previous round), the round number
+and how many of its bins were yielded; restoring replays the round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+
+import grain_core as grain
+from grain_core import seeds as _seeds
+from grain_core import state as _state
+from grain_plugin_packing._features import FeatureSpec, _positive
+
+__all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
+
+
+class _PackIterDataset(grain.IterDataset):
+    _best_fit = False
+
+    def __init__(
+        self,
+        parent: grain.IterDataset,
+        *,
+        length_struct: Any,
+        num_packing_bins: int,
+        seed: int | None = None,
+        shuffle_bins: bool = True,
+        meta_features: Collection[str] = (),
+        padding_struct: Any = None,
+        max_sequences_per_bin: int | None = None,
+    ):
+        name = type(self).__name__
+        if not isinstance(parent, grain.IterDataset):
+            raise TypeError(f"{name} expects an IterDataset, got {type(parent).__name__}.")
+        super().__init__(parent)
+        self._parent = parent
+        self._spec_args = (name, length_struct, tuple(meta_features), padding_struct)
+        FeatureSpec(*self._spec_args)  # validate eagerly
+        self._bins = _positive(num_packing_bins, f"{name}: num_packing_bins")
+        self._max_seq = (
+            None
+            if max_sequences_per_bin is None
+            else _positive(max_sequences_per_bin, f"{name}: max_sequences_per_bin")
+        )
+        self._shuffle = bool(shuffle_bins)
+        self._seed = self._resolve_seed(seed)
+
+    def __iter__(self):
+        return _PackIterator(self)
+
+    def __str__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_packing_bins={self._bins}, shuffle_bins={self._shuffle}, "
+            f"seed={self._seed})"
+        )
+
+
+class FirstFitPackIterDataset(_PackIterDataset):
+    """Packs each element into the first bin with room (see the module docstring)."""
+
+
+class BestFitPackIterDataset(_PackIterDataset):
+    """Packs each element into the bin it fills best: the fitting bin with the fewest tokens left
+    afterwards (summed over features; ties go to the lowest bin)."""
+
+    _best_fit = True
+
+
+class _Round:
+    """The bins of one packing round."""
+
+    def __init__(self, spec: FeatureSpec, bins: int):
+        self.spec = spec
+        self.bins = bins
+        self.data: list[np.ndarray] = []
+        self.seg: list[np.ndarray] = []
+        self.pos: list[np.ndarray] = []
+        self.remaining = np.tile(spec.lengths, (bins, 1))
+        self.counts = np.zeros(bins, dtype=np.int64)
+        self.order: list[int] = []
+        self.emitted = 0
+
+
+class _PackIterator(grain.DatasetIterator):
+    def __init__(self, ds: _PackIterDataset):
+        super().__init__(ds._parent.__iter__())
+        self._ds = ds
+        self._parent = self._parents[0]
+        self.kind = type(ds).__name__
+        self._spec = FeatureSpec(*ds._spec_args)
+        self._aranges = [np.arange(n, dtype=np.int32) for n in self._spec.lengths.tolist()]
+        # How to rebuild the round about to be filled (or being yielded): parent state, elements to
+        # skip after it, whether the next element read is the carry-over of the previous round.
+        self._anchor: tuple[Any, int, bool] = (self._parent.get_state(), 0, False)
+        self._round_no = 0
+        self._round: _Round | None = None
+        self._carry: list[np.ndarray] | None = None
+        self._exhausted = False
+        self._fingerprint = _state.fingerprint(
+            self.kind,
+            [list(map(str, p)) for p in self._spec.paths],
+            self._spec.lengths.tolist(),
+            ds._bins,
+            ds._max_seq,
+            ds._shuffle,
+            ds._seed,
+        )
+
+    # --- packing ------------------------------------------------------------------------------------
+
+    def _read(self) -> list[np.ndarray] | None:
+        try:
+            x = next(self._parent)
+        except StopIteration:
+            self._exhausted = True
+            return None
+        return self._spec.arrays(x)
+
+    def _fill(self) -> None:
+        spec, ds = self._spec, self._ds
+        rnd = _Round(spec, ds._bins)
+        start = self._parent.get_state()
+        read = 0
+        carry = self._carry
+        self._carry = None
+        targets = spec.lengths
+        max_seq = ds._max_seq
+        best = ds._best_fit
+        while True:
+            if carry is not None:
+                arrays, carry = carry, None
+            else:
+                if self._exhausted:
+                    break
+                arrays = self._read()
+                if arrays is None:
+                    break
+                read += 1
+            lengths = np.minimum([len(a) for a in arrays], targets)
+            if not lengths.any():
+                continue
+            fits = (rnd.remaining >= lengths).all(axis=1)
+            if max_seq is not None:
+                fits &= rnd.counts < max_seq
+            if not fits.any():
+                self._carry = arrays
+                break
+            if best:
+                left = np.where(fits, (rnd.remaining - lengths).sum(axis=1), np.iinfo(np.int64).max)
+                b = int(left.argmin())
+            else:
+                b = int(fits.argmax())
+            seg_id = int(rnd.counts[b]) + 1
+            if not rnd.data:
+                rnd.data, rnd.seg, rnd.pos = spec.empty_rows(rnd.bins)
+            offsets = (targets - rnd.remaining[b]).tolist()
+            for f, (a, n, off) in enumerate(zip(arrays, lengths.tolist(), offsets)):
+                if n:
+                    rnd.data[f][b, off : off + n] = a[:n]
+                    rnd.seg[f][b, off : off + n] = seg_id
+                    rnd.pos[f][b, off : off + n] = self._aranges[f][:n]
+            rnd.remaining[b] -= lengths
+            rnd.counts[b] = seg_id
+        used = np.flatnonzero(rnd.counts).tolist()
+        if ds._shuffle and len(used) > 1:
+            perm = _seeds.element_rng(ds._seed, self._round_no).permutation(len(used))
+            used = [used[i] for i in perm.tolist()]
+        rnd.order = used
+        self._round = rnd
+        # The next round is rebuilt from `start` by skipping all but the last element read (the
+        # carry), or, without a carry, from wherever the parent is now.
+        if self._carry is not None:
+            self._next_anchor = (start, read - 1, True)
+        else:
+            self._next_anchor = (self._parent.get_state(), 0, False)
+
+    def __next__(self):
+        while True:
+            rnd = self._round
+            if rnd is not None and rnd.emitted < len(rnd.order):
+                b = rnd.order[rnd.emitted]
+                rnd.emitted += 1
+                return self._spec.assemble(
+                    [d[b] for d in rnd.data], [s[b] for s in rnd.seg], [p[b] for p in rnd.pos]
+                )
+            if rnd is not None:
+                self._round = None
+                self._round_no += 1
+                self._anchor = self._next_anchor
+            if self._exhausted and self._carry is None:
+                raise StopIteration
+            self._fill()
+            if not self._round.order:
+                self._round = None
+                raise StopIteration
+
+    # --- checkpoints --------------------------------------------------------------------------------
+
+    def get_state(self):
+        rnd = self._round
+        if rnd is not None and rnd.emitted >= len(rnd.order):
+            anchor, round_no, emitted = self._next_anchor, self._round_no + 1, 0
+        else:
+            anchor, round_no = self._anchor, self._round_no
+            emitted = 0 if rnd is None else rnd.emitted
+        parent, skip, carry = anchor
+        return _state.make_state(
+            self.kind,
+            parent=parent,
+            skip=skip,
+            carry=carry,
+            round=round_no,
+            emitted=emitted,
+            fingerprint=self._fingerprint,
+        )
+
+    def set_state(self, state):
+        _state.expect_state(
+            state,
+            self.kind,
+            ("parent", "skip", "carry", "round", "emitted"),
+            fingerprint=self._fingerprint,
+        )
+        self._parent.set_state(state["parent"])
+        self._exhausted = False
+        self._round = None
+        self._carry = None
+        self._round_no = int(state["round"])
+        skip, carry = int(state["skip"]), bool(state["carry"])
+        self._anchor = (state["parent"], skip, carry)
+        for _ in range(skip):
+            next(self._parent)
+        if carry:
+            self._carry = self._read()
+        emitted = int(state["emitted"])
+        if emitted:
+            self._fill()
+            if emitted > len(self._round.order):
+                raise _state.StateMismatchError(
+                    f"{self.kind} state says {emitted} bins of round {self._round_no} were yielded, "
+                    f"but replaying it gives {len(self._round.order)}: a different pipeline."
+                )
+            self._round.emitted = emitted

@@ -1,0 +1,12 @@
+"""Hook implementations registering the packing transformations in ``grain_core.experimental``."""
+
+from grain_core.plugins import hookimpl
+from grain_plugin_packing.concat import ConcatThenSplitIterDataset
+from grain_plugin_packing.packing import BestFitPackIterDataset, FirstFitPackIterDataset
+
+
+@hookimpl
+def register_transforms(register):
+    register(FirstFitPackIterDataset)
+    register(BestFitPackIterDataset)
+    register(ConcatThenSplitIterDataset)

@@ -1,0 +1,131 @@
+import json
+
+import numpy as np
+import pytest
+
+import grain_core as grain
+from grain_core import testing
+from grain_core.state import StateMismatchError
+
+
+def _windows_ok(out, n, w):
+    assert sorted(out) == list(range(n))
+    for k in range(0, n, w):
+        assert sorted(out[k : k + w]) == list(range(k, min(k + w, n)))
+
+
+def test_map_permutes_within_windows_and_epochs():
+    ds = grain.MapDataset.range(1000).pipe(
+        grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0
+    )
+    out = list(ds)
+    _windows_ok(out, 1000, 128)
+    assert out != list(range(1000))
+    epoch1 = [ds[i] for i in range(1000, 2000)]
+    _windows_ok(epoch1, 1000, 128)
+    assert epoch1 != out
+    assert ds.__getitems__(list(range(990, 1010))) == [ds[i] for i in range(990, 1010)]
+    idx = np.array([5, 900, 1500, 3, 999])
+    assert ds.__getitems__(idx) == [ds[int(i)] for i in idx]
+
+
+def test_map_pipe_batch_and_seed_contract():
+    ds = (
+        grain.MapDataset.range(1000)
+        .pipe(grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0)
+        .batch(16)
+    )
+    assert len(ds) == 63 and ds[0].shape == (16,)
+    a = list(
+        grain.experimental.WindowShuffleMapDataset(
+            grain.MapDataset.range(50).seed(1), window_size=10
+        )
+    )
+    b = list(
+        grain.experimental.WindowShuffleMapDataset(
+            grain.MapDataset.range(50).seed(2), window_size=10
+        )
+    )
+    assert a != b
+    _windows_ok(a, 50, 10)
+
+
+def test_iter_window_shuffle():
+    parent = grain.MapDataset.range(103).to_iter_dataset()
+    out = list(grain.experimental.WindowShuffleIterDataset(parent, window_size=10, seed=3))
+    _windows_ok(out, 103, 10)
+    assert out != list(range(103))
+    seeded = grain.experimental.WindowShuffleIterDataset(
+        grain.MapDataset.range(50).to_iter_dataset().seed(7), window_size=10
+    )
+    assert list(seeded) != list(range(50))
+    testing.check_deterministic(lambda: seeded)
+
+
+@pytest.mark.parametrize("w", [1, 7, 10, 200])
+def test_iter_checkpoint(w):
+    ds = grain.experimental.WindowShuffleIterDataset(
+        grain.MapDataset.range(60).to_iter_dataset(), window_size=w, seed=1
+    )
+    testing.assert_equal_output_after_checkpoint(ds, checkpoints=range(61))
+
+
+def test_map_checkpoint():
+    ds = grain.experimental.WindowShuffleMapDataset(
+        grain.MapDataset.range(40), window_size=6, seed=2
+    )
+    testing.assert_equal_output_after_checkpoint(ds)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError):
+        grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(4), window_size=0)
+    with pytest.raises(TypeError):
+        grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(4), window_size=2.5)
+    with pytest.raises(TypeError):
+        grain.experimental.WindowShuffleIterDataset(grain.MapDataset.range(4), window_size=2)
+    with pytest.raises(TypeError):
+        grain.experimental.WindowShuffleMapDataset(
+            grain.MapDataset.range(4).to_iter_dataset(), window_size=2
+        )
+
+
+def test_refuses_foreign_state():
+    def mk(seed):
+        return iter(
+            grain.experimental.WindowShuffleIterDataset(
+                grain.MapDataset.range(20).to_iter_dataset(), window_size=5, seed=seed
+            )
+        )
+
+    it = mk(1)
+    next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    with pytest.raises(StateMismatchError):
+        mk(2).set_state(state)
+
+
+class _Rows(grain.IterDataset):
+    """A tiny file-like IterDataset: the rows of one 'file' name."""
+
+    def __init__(self, name):
+        super().__init__()
+        self._name = name
+
+    def __iter__(self):
+        return iter(
+            grain.MapDataset.source([f"{self._name}:{i}" for i in range(7)]).to_iter_dataset()
+        )
+
+
+def test_hierarchical_shuffle_seed_004():
+    filenames = [f"f{i}" for i in range(4)]
+    dataset = grain.MapDataset.source(filenames).map(_Rows)
+    dataset = grain.experimental.WindowShuffleIterDataset(
+        grain.experimental.InterleaveIterDataset(dataset, cycle_length=len(filenames)),
+        window_size=10,
+        seed=42,
+    )
+    out = list(dataset)
+    assert sorted(out) == sorted(f"{f}:{i}" for f in filenames for i in range(7))
+    testing.assert_equal_output_after_checkpoint(dataset, checkpoints=range(29))
