@@ -1,0 +1,142 @@
+"""Issue 4 workloads: ArrayRecord random access and Parquet iteration, against google's grain."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+from harness import Workload
+
+AR_RECORDS = 100_000
+AR_FILES = 4
+PQ_FILES = 8
+PQ_ROWS = 25_000
+_CACHE: dict[str, object] = {}
+
+
+def _len(x):
+    return len(x)
+
+
+def _ar_setup():
+    if "ar" in _CACHE:
+        return _CACHE["ar"]
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    d = tempfile.mkdtemp(prefix="bench_ar_")
+    rng = np.random.default_rng(0)
+    payload = rng.integers(0, 256, size=1024 + AR_RECORDS, dtype=np.uint8).tobytes()
+    paths, per = [], AR_RECORDS // AR_FILES
+    for f in range(AR_FILES):
+        p = os.path.join(d, f"data-{f:05d}-of-{AR_FILES:05d}.array_record")
+        w = ArrayRecordWriter(p, "group_size:1")
+        for i in range(per):
+            k = f * per + i
+            w.write(payload[k : k + 1024])
+        w.close()
+        paths.append(p)
+    _CACHE["ar"] = paths
+    return paths
+
+
+def _ar_pipeline(lib, paths):
+    src = lib.sources.ArrayRecordDataSource(paths)
+    return lib.MapDataset.source(src).shuffle(seed=0).map(_len).batch(64).to_iter_dataset()
+
+
+def _ar_reference(paths):
+    """The ArrayRecord reader's own batched read(indices) over the same shuffled order."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    import grain_core
+
+    order = list(grain_core.MapDataset.range(AR_RECORDS).shuffle(seed=0))
+    per = AR_RECORDS // AR_FILES
+    readers = [ArrayRecordReader(p, "readahead_buffer_size:0") for p in paths]
+    total = 0
+    for s in range(0, AR_RECORDS, 64):
+        chunk = np.asarray(order[s : s + 64])
+        fids = chunk // per
+        for f in np.unique(fids):
+            recs = readers[f].read((chunk[fids == f] - f * per).tolist())
+            total += len(recs)
+    for r in readers:
+        r.close()
+    return total
+
+
+def _pq_setup():
+    if "pq" in _CACHE:
+        return _CACHE["pq"]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tempfile.mkdtemp(prefix="bench_pq_")
+    paths = []
+    for f in range(PQ_FILES):
+        ids = np.arange(f * PQ_ROWS, (f + 1) * PQ_ROWS, dtype=np.int64)
+        table = pa.table(
+            {
+                "id": ids,
+                "x": ids.astype(np.float32),
+                "label": (ids % 10).astype(np.int32),
+                "text": [f"t{i}" for i in range(PQ_ROWS)],
+            }
+        )
+        p = os.path.join(d, f"part-{f}.parquet")
+        pq.write_table(table, p, row_group_size=5_000)
+        paths.append(p)
+    _CACHE["pq"] = paths
+    return paths
+
+
+def _pq_pipeline(lib, paths):
+    ds = lib.MapDataset.source(paths).map(lib.experimental.ParquetIterDataset)
+    interleave = getattr(lib.experimental, "InterleaveIterDataset", None)
+    return interleave(ds, cycle_length=4)
+
+
+def _pq_chain_pipeline(lib, paths):
+    """ParquetIterDataset chained over the files (without interleave)."""
+    import itertools
+
+    return itertools.chain.from_iterable(lib.experimental.ParquetIterDataset(p) for p in paths)
+
+
+def _pq_reference(paths):
+    import pyarrow.parquet as pq
+
+    total = 0
+    for p in paths:
+        total += len(pq.read_table(p).to_pylist())
+    return total
+
+
+WORKLOADS = [
+    Workload(
+        "ArrayRecord 100k x 1KiB shuffle.map(len).batch(64) to_iter",
+        _ar_pipeline,
+        count=len,
+        unit="records",
+        target=10,
+        setup=_ar_setup,
+        references={"ArrayRecordReader.read(indices) batched": _ar_reference},
+    ),
+    Workload(
+        "Parquet 8x25k rows ParquetIterDataset + InterleaveIterDataset(4)",
+        _pq_pipeline,
+        unit="rows",
+        target=5,
+        setup=_pq_setup,
+        references={"pyarrow read_table().to_pylist()": _pq_reference},
+    ),
+    Workload(
+        "Parquet 8x25k rows ParquetIterDataset chained over files",
+        _pq_chain_pipeline,
+        unit="rows",
+        target=5,
+        setup=_pq_setup,
+        references={"pyarrow read_table().to_pylist()": _pq_reference},
+    ),
+]

@@ -1,0 +1,336 @@
+"""``ArrayRecordDataSource``: random access over one or more ArrayRecord files.
+
+The source holds a global index over its files (built lazily, on the first ``len`` or read, from each
+file's record count, or from ``FileInstruction`` counts without opening the file). Readers are opened
+lazily, one per file, shared by threads under a per-file lock, closed by ``close()`` / ``__exit__``
+and never pickled: an unpickled copy (e.g. in a worker process) reopens what it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import operator
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import grain_core as grain
+
+__all__ = ["ArrayRecordDataSource", "FileInstruction"]
+
+# Random reads want no readahead; the caller's options override these.
+_DEFAULT_READER_OPTIONS = {"readahead_buffer_size": "0"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInstruction:
+    """Records ``[skip, skip + take)`` of the ArrayRecord file ``filename`` (which holds
+    ``examples_in_shard`` records). Same fields as TFDS's file instructions; ``take=-1`` means "up to
+    the end of the shard". With file instructions the source never opens a file to count it."""
+
+    filename: str
+    skip: int = 0
+    take: int = -1
+    examples_in_shard: int = -1
+
+    def __post_init__(self):
+        for name in ("skip", "take", "examples_in_shard"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"FileInstruction.{name} must be an int, got {type(v).__name__}.")
+            object.__setattr__(self, name, int(v))
+        object.__setattr__(self, "filename", os.fspath(self.filename))
+        if self.examples_in_shard < 0:
+            raise ValueError(
+                f"FileInstruction for {self.filename!r}: examples_in_shard must be given (>= 0)."
+            )
+        if self.take == -1:
+            object.__setattr__(self, "take", max(self.examples_in_shard - self.skip, 0))
+        if self.skip < 0 or self.take < 0:
+            raise ValueError(
+                f"FileInstruction for {self.filename!r}: skip={self.skip} and take={self.take} must "
+                "be non-negative."
+            )
+        if self.skip + self.take > self.examples_in_shard:
+            raise ValueError(
+                f"FileInstruction for {self.filename!r}: skip ({self.skip}) + take ({self.take}) = "
+                f"{self.skip + self.take} exceeds examples_in_shard ({self.examples_in_shard})."
+            )
+
+
+def _is_instruction(obj: Any) -> bool:
+    return all(hasattr(obj, a) for a in ("filename", "skip", "take", "examples_in_shard"))
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _expand(path: str) -> list[str]:
+    if not _is_remote(path) and glob.has_magic(path):
+        matches = sorted(glob.glob(path))
+        if not matches:
+            raise FileNotFoundError(f"ArrayRecordDataSource: no file matches the pattern {path!r}.")
+        return matches
+    if not _is_remote(path) and not os.path.exists(path):
+        raise FileNotFoundError(f"ArrayRecordDataSource: no such file: {path!r}.")
+    if not _is_remote(path) and os.path.isdir(path):
+        raise IsADirectoryError(f"ArrayRecordDataSource: {path!r} is a directory, not a file.")
+    return [path]
+
+
+def _options_string(reader_options: Mapping[str, Any] | str | None) -> str:
+    if isinstance(reader_options, str):
+        user = dict(
+            kv.split(":", 1) for kv in reader_options.split(",") if kv.strip() and ":" in kv
+        )
+    else:
+        user = {str(k): str(v) for k, v in (reader_options or {}).items()}
+    merged = {**_DEFAULT_READER_OPTIONS, **user}
+    return ",".join(f"{k}:{v}" for k, v in merged.items())
+
+
+def _open_reader(path: str, options: str):
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    if not _is_remote(path) and not os.path.exists(path):
+        raise FileNotFoundError(f"ArrayRecordDataSource: no such file: {path!r}.")
+    try:
+        reader = ArrayRecordReader(path, options)
+    except ValueError as e:
+        raise ValueError(f"ArrayRecordDataSource: bad reader_options {options!r}: {e}") from e
+    except Exception as e:
+        raise OSError(f"ArrayRecordDataSource: cannot open {path!r}: {e}") from e
+    if not reader.ok():
+        try:
+            reader.close()
+        except Exception:
+            pass
+        raise ValueError(
+            f"ArrayRecordDataSource: {path!r} is not a valid ArrayRecord file (the reader could not "
+            "read its footer/index)."
+        )
+    return reader
+
+
+class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
+    """Records of ArrayRecord files as one random-access source of ``bytes``.
+
+    Args:
+      paths: a path, a glob pattern, a ``FileInstruction``-like object (``filename``, ``skip``,
+        ``take``, ``examples_in_shard``), or a sequence of these. Patterns expand to their sorted
+        matches. Records are numbered file after file, in the order given.
+      reader_options: ArrayRecord reader options, e.g. ``{"index_storage_option": "in_memory"}``
+        (a dict, or the reader's own ``"key:value,..."`` string). ``readahead_buffer_size`` defaults
+        to ``0`` (best for random access).
+    """
+
+    def __init__(self, paths: Any, reader_options: Mapping[str, Any] | str | None = None):
+        if isinstance(paths, (str, os.PathLike)) or _is_instruction(paths):
+            paths = [paths]
+        try:
+            items = list(paths)
+        except TypeError:
+            raise TypeError(
+                "ArrayRecordDataSource expects a path, a glob pattern, a FileInstruction or a "
+                f"sequence of them, got {type(paths).__name__}."
+            ) from None
+        if not items:
+            raise ValueError("ArrayRecordDataSource needs at least one path.")
+        files: list[str] = []
+        counts: list[int | None] = []  # None: count by opening the file (lazily)
+        skips: list[int] = []
+        for item in items:
+            if _is_instruction(item):
+                fi = (
+                    item
+                    if isinstance(item, FileInstruction)
+                    else FileInstruction(
+                        item.filename, item.skip, item.take, item.examples_in_shard
+                    )
+                )
+                files.append(fi.filename)
+                counts.append(fi.take)
+                skips.append(fi.skip)
+            elif isinstance(item, (str, os.PathLike)):
+                for p in _expand(os.fspath(item)):
+                    files.append(p)
+                    counts.append(None)
+                    skips.append(0)
+            else:
+                raise TypeError(
+                    "ArrayRecordDataSource paths must be str, os.PathLike or FileInstruction-like, "
+                    f"got {type(item).__name__}."
+                )
+        self._files = files
+        self._given_counts = counts
+        self._skips = np.asarray(skips, dtype=np.int64)
+        self._options = _options_string(reader_options)
+        self._init_runtime()
+
+    # --- runtime state (never pickled) -----------------------------------------------------------
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._readers: list[Any] = [None] * len(self._files)
+        self._reader_locks = [threading.Lock() for _ in self._files]
+        if not hasattr(self, "_starts"):
+            self._starts = None  # np.ndarray of file start offsets, built lazily
+            self._ends = None
+            self._counts = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for k in ("_lock", "_readers", "_reader_locks"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def _reader(self, f: int):
+        r = self._readers[f]
+        if r is None:
+            with self._lock:
+                r = self._readers[f]
+                if r is None:
+                    r = _open_reader(self._files[f], self._options)
+                    self._readers[f] = r
+        return r
+
+    def _index(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._ends is None:
+            counts = []
+            for f, c in enumerate(self._given_counts):
+                counts.append(c if c is not None else int(self._reader(f).num_records()))
+            with self._lock:
+                self._counts = counts
+                ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+                self._starts = ends - np.asarray(counts, dtype=np.int64)
+                self._ends = ends
+        return self._starts, self._ends
+
+    # --- the source protocol -----------------------------------------------------------------------
+
+    @property
+    def paths(self) -> list[str]:
+        """The files read, in record order (patterns expanded)."""
+        return list(self._files)
+
+    def __len__(self) -> int:
+        _, ends = self._index()
+        return int(ends[-1])
+
+    def _out_of_range(self, index: int, n: int) -> IndexError:
+        return IndexError(f"index {index} out of range for ArrayRecordDataSource of length {n}.")
+
+    def __getitem__(self, record_key) -> bytes:
+        i = operator.index(record_key)
+        starts, ends = self._index()
+        n = int(ends[-1])
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise self._out_of_range(operator.index(record_key), n)
+        f = int(np.searchsorted(ends, i, side="right"))
+        local = i - int(starts[f]) + int(self._skips[f])
+        with self._reader_locks[f]:
+            return self._reader(f).read([local])[0]
+
+    def __getitems__(self, record_keys: Sequence[int]) -> list[bytes]:
+        keys = np.asarray(record_keys, dtype=np.int64).reshape(-1)
+        if keys.size == 0:
+            return []
+        starts, ends = self._index()
+        n = int(ends[-1])
+        lo, hi = int(keys.min()), int(keys.max())
+        if lo < -n or hi >= n:
+            raise self._out_of_range(hi if hi >= n else lo, n)
+        if lo < 0:
+            keys = np.where(keys < 0, keys + n, keys)
+        if len(ends) == 1:
+            fids = np.zeros(keys.shape, dtype=np.int64)
+        else:
+            fids = np.searchsorted(ends, keys, side="right")
+        local = keys - starts[fids] + self._skips[fids]
+        first = int(fids[0])
+        if (fids == first).all():  # one file: the reader returns records in the order asked
+            with self._reader_locks[first]:
+                return self._reader(first).read(local.tolist())
+        out: list[Any] = [None] * keys.size
+        order = np.argsort(fids, kind="stable")
+        sorted_f = fids[order]
+        bounds = np.flatnonzero(np.diff(sorted_f)) + 1
+        for positions in np.split(order, bounds):
+            f = int(fids[positions[0]])
+            with self._reader_locks[f]:
+                records = self._reader(f).read(local[positions].tolist())
+            for p, r in zip(positions.tolist(), records):
+                out[p] = r
+        return out
+
+    def __iter__(self):
+        for f in range(len(self._files)):
+            start, end = self._index()[0][f], self._index()[1][f]
+            step = 1024
+            for s in range(int(start), int(end), step):
+                yield from self.__getitems__(list(range(s, min(s + step, int(end)))))
+
+    # --- resources -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes every open reader; later reads reopen them."""
+        with self._lock:
+            for f, r in enumerate(self._readers):
+                if r is not None:
+                    with self._reader_locks[f]:
+                        r.close()
+                    self._readers[f] = None
+
+    def __enter__(self) -> ArrayRecordDataSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # --- identity ------------------------------------------------------------------------------------
+
+    def _descriptions(self) -> list[str]:
+        self._index()
+        out = []
+        for f, path in enumerate(self._files):
+            c = self._counts[f]
+            if self._given_counts[f] is None:
+                out.append(f"{path}:{c}")
+            else:
+                out.append(f"{path}[{int(self._skips[f])}:{int(self._skips[f]) + c}]")
+        return out
+
+    def __repr__(self) -> str:
+        desc = self._descriptions()
+        digest = hashlib.sha1("\n".join(desc).encode()).hexdigest()[:16]
+        shown = desc if len(desc) <= 8 else desc[:4] + ["..."] + desc[-2:]
+        return (
+            f"ArrayRecordDataSource(len={len(self)}, num_files={len(desc)}, digest={digest}, "
+            f"files={shown})"
+        )
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ArrayRecordDataSource) and (
+            other._descriptions() == self._descriptions()
+        )
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._descriptions()))

@@ -1,0 +1,9 @@
+"""Hook implementations registering the TFDS source."""
+
+from grain_core.plugins import hookimpl
+from grain_plugin_tfds.source import TfdsDataSource
+
+
+@hookimpl
+def register_sources(register):
+    register(TfdsDataSource)
