@@ -1,5 +1,5 @@
 """Sessions: ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``, ``integration``
-(everything installed together), ``lint``, ``demo``, ``bench``, ``docs``.
+(everything installed together), ``example-plugin``, ``lint``, ``demo``, ``bench``, ``docs``.
 
 Each plugin session installs the kernel and only that plugin with its own declared extras, so a
 plugin that forgot to declare a dependency fails its session.
@@ -68,6 +68,15 @@ def integration(session: nox.Session) -> None:
     """Everything installed together: seed examples, cross-plugin pipelines, property tests, examples."""
     _install_everything(session)
     session.run(*PYTEST, "tests/integration", *session.posargs)
+
+
+@nox.session(name="example-plugin")
+def example_plugin(session: nox.Session) -> None:
+    """The example third-party plugin, installed from its folder with the kernel, runs its tests
+    (which check that a plain ``import grain_core`` discovers it)."""
+    _install_kernel(session)
+    session.install(f"{EXAMPLE_PLUGIN}[test]")
+    session.run(*PYTEST, str(EXAMPLE_PLUGIN / "tests"), *session.posargs)
 
 
 @nox.session

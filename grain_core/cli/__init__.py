@@ -1,4 +1,10 @@
-"""The ``grain-core`` command line: ``plugins`` lists installed plugins (``--json`` for machines)."""
+"""The ``grain-core`` command line (``python -m grain_core``).
+
+Commands: ``plugins`` (installed plugins; ``--json``), ``bench TARGET`` (throughput),
+``inspect TARGET`` (stages, providers, element spec, per-stage timings) and ``new-plugin NAME``
+(a plugin skeleton). TARGET is ``path/to/file.py:name`` or ``module:name``: a dataset or a
+zero-argument callable returning one.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+
+from grain_core.cli._target import TargetError
+
+__all__ = ["build_parser", "main"]
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -31,14 +41,24 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from grain_core.cli import bench, inspect, new_plugin
+
     parser = argparse.ArgumentParser(prog="grain-core", description="grain_core command line.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list installed plugins, their versions and what they provide")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_plugins)
+    bench.add_parser(sub)
+    inspect.add_parser(sub)
+    new_plugin.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    sys.exit(args.func(args))
+    try:
+        code = args.func(args)
+    except TargetError as e:
+        print(f"grain-core: error: {e}", file=sys.stderr)
+        code = 2
+    sys.exit(code)

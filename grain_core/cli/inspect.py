@@ -1,0 +1,201 @@
+"""``grain-core inspect TARGET``: the pipeline as a tree, who provides each stage, its options, the
+element spec of the output and per-stage timings from a short run."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from typing import Any
+
+from grain_core.cli._target import element_spec, load_target
+
+
+def _providers() -> dict[str, str]:
+    """Top-level module name -> the distribution (plugin) providing it."""
+    out: dict[str, str] = {}
+    try:
+        from grain_core.plugins import registry
+
+        reg = registry.get_registry()
+        reg.ensure_loaded()
+        for p in reg.provided.values():
+            mod = getattr(p.obj, "__module__", "") or ""
+            top = mod.split(".")[0]
+            if top and top not in out:
+                out[top] = p.distribution or f"{p.plugin} (registered in-process)"
+    except Exception:
+        pass
+    return out
+
+
+def provider_of(obj: Any, providers: dict[str, str] | None = None) -> str:
+    """The distribution that provides ``obj``'s class."""
+    providers = _providers() if providers is None else providers
+    mod = type(obj).__module__ or ""
+    top = mod.split(".")[0]
+    if top == "grain_core":
+        return "grain-core"
+    if top in providers:
+        return providers[top]
+    try:
+        import importlib_metadata
+
+        dists = importlib_metadata.packages_distributions().get(top)
+        if dists:
+            return dists[0]
+    except Exception:
+        pass
+    return top or "?"
+
+
+def _simple(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _simple(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, (list, tuple)) and len(v) <= 8 and all(
+        x is None or isinstance(x, (bool, int, float, str)) for x in v
+    ):
+        return list(v)
+    return None
+
+
+def stage_options(ds: Any) -> dict[str, Any]:
+    """Public simple attributes of a stage, and its identifying fields."""
+    opts: dict[str, Any] = {}
+    for k, v in sorted(getattr(ds, "__dict__", {}).items()):
+        if k.startswith("_"):
+            continue
+        s = _simple(v)
+        if s is not None:
+            opts[k] = s
+    try:
+        fields = ds._fingerprint_fields()
+        if fields:
+            opts.setdefault("fields", [repr(f) for f in fields])
+    except Exception:
+        pass
+    try:
+        n = len(ds)
+        import sys
+
+        opts["len"] = "infinite" if n == sys.maxsize else n
+    except Exception:
+        pass
+    return opts
+
+
+def stage_tree(ds: Any) -> dict[str, Any]:
+    """The pipeline as a nested dict: ``{stage, class, provider, options, parents: [...]}``."""
+    from grain_core.dataset.describe import stage_label
+
+    providers = _providers()
+
+    def node(d: Any) -> dict[str, Any]:
+        try:
+            label = stage_label(d)
+        except Exception:
+            label = type(d).__name__
+        provider = provider_of(d, providers)
+        for v in getattr(d, "__dict__", {}).values():  # a kernel stage wrapping a plugin's source
+            top = (type(v).__module__ or "").split(".")[0]
+            if top in providers and providers[top] != provider:
+                provider = f"{provider}; {type(v).__name__} from {providers[top]}"
+                break
+        return {
+            "stage": label,
+            "class": f"{type(d).__module__}.{type(d).__qualname__}",
+            "provider": provider,
+            "options": stage_options(d),
+            "parents": [node(p) for p in (getattr(d, "parents", ()) or ())],
+        }
+
+    return node(ds)
+
+
+def format_tree(tree: dict[str, Any]) -> str:
+    lines: list[str] = []
+
+    def walk(n: dict[str, Any], prefix: str, last: bool, root: bool) -> None:
+        branch = "" if root else ("└─ " if last else "├─ ")
+        lines.append(f"{prefix}{branch}{n['stage']}  [{n['provider']}]")
+        child_prefix = prefix + ("" if root else ("   " if last else "│  "))
+        opts = {k: v for k, v in n["options"].items() if k != "fields"}
+        if opts:
+            text = ", ".join(f"{k}={v}" for k, v in opts.items())
+            lines.append(f"{child_prefix}{'│  ' if n['parents'] else '   '}options: {text}")
+        for i, p in enumerate(n["parents"]):
+            walk(p, child_prefix, i == len(n["parents"]) - 1, False)
+
+    walk(tree, "", True, True)
+    return "\n".join(lines)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from grain_core.stats import iter_with_stats
+
+    ds = load_target(args.target)
+    tree = stage_tree(ds)
+    spec = None
+    stats = None
+    error = None
+    if args.steps > 0:
+        it = iter_with_stats(ds)
+        start = time.perf_counter()
+        try:
+            for i in range(args.steps):
+                try:
+                    x = next(it)
+                except StopIteration:
+                    break
+                if i == 0:
+                    spec = element_spec(x)
+                if time.perf_counter() - start > args.seconds:
+                    break
+            stats = it.stats()
+        except Exception as e:  # report, still show the tree
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            close = getattr(it, "close", None)
+            if close:
+                close()
+    if args.json:
+        print(json.dumps({
+            "target": args.target,
+            "tree": tree,
+            "element_spec": spec,
+            "stats": stats.as_dict() if stats else None,
+            "error": error,
+        }, indent=2, default=str))
+        return 1 if error else 0
+    print(f"Pipeline {args.target} (output stage first):")
+    print(format_tree(tree))
+    print()
+    if spec is not None:
+        print("Element spec:")
+        for leaf in spec:
+            extra = f" len={leaf['length']}" if "length" in leaf else ""
+            shape = "(" + ", ".join(map(str, leaf["shape"])) + ("," if len(leaf["shape"]) == 1 else "") + ")"
+            print(f"  {leaf['path']}: {leaf['type']} shape={shape} dtype={leaf['dtype']}{extra}")
+        print()
+    if stats is not None:
+        print(f"Per-stage timings ({stats.stages[0].elements if stats.stages else 0} elements):")
+        print(str(stats))
+    if error:
+        print(f"error while iterating: {error}")
+        return 1
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("inspect", help="show a pipeline's stages, providers, element spec and timings",
+                       description="Shows TARGET (file.py:name or module:name) as a tree of stages "
+                       "with the plugin providing each, the output element spec and per-stage "
+                       "timings from a short run.")
+    p.add_argument("target")
+    p.add_argument("--steps", type=int, default=20, help="elements to time (0: no run; default 20)")
+    p.add_argument("--seconds", type=float, default=10.0, help="time limit of the run")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_inspect)

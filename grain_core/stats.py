@@ -1,0 +1,433 @@
+"""Opt-in execution statistics: per-stage time, elements/s, prefetch buffer fill, the slowest stage.
+
+Statistics are off unless asked for, and off costs nothing: no flag is checked on the hot path.
+:func:`iter_with_stats` builds an instrumented copy of the pipeline instead of the plain one::
+
+    from grain_core import stats
+
+    it = stats.iter_with_stats(ds)      # instead of iter(ds)
+    for _ in range(1000):
+        next(it)
+    print(it.stats())                   # or stats.collect(it); a table, slowest stage named
+
+How it works: every stage is given a subclass of its own class whose ``__next__`` (iterators) or
+``__getitems__`` / ``_getitem`` (``MapDataset`` stages read by ``to_iter_dataset``) records the time
+spent and the elements produced. ``MapDataset`` stages are shallow-copied before that, so the dataset
+you passed is not changed and plain ``iter(ds)`` on it stays uninstrumented. Stages run inside
+``mp_prefetch`` worker processes are not instrumented; the ``mp_prefetch`` stage itself is.
+
+Times are inclusive (a stage's time contains the time of the stages it reads from); ``self`` time is
+the inclusive time minus the inclusive times of its parents. ``MapDataset`` stages read by
+``to_iter_dataset`` threads report summed thread time, which can exceed wall time.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import queue
+import time
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["PipelineStats", "StageStats", "collect", "iter_with_stats"]
+
+_perf = time.perf_counter
+
+
+@dataclasses.dataclass
+class StageStats:
+    """Measurements of one stage.
+
+    Attributes:
+      name: the stage label (as in ``repr(ds)``).
+      kind: ``"iter"`` for an iterator stage, ``"map"`` for a ``MapDataset`` stage.
+      depth: distance from the output stage.
+      elements: elements the stage produced.
+      calls: how many times it was called (``__next__`` or a bulk read).
+      total_s: inclusive seconds.
+      self_s: seconds spent in this stage itself (inclusive minus parents').
+      buffer_fill: mean fraction of the prefetch buffer that was full when an element was taken,
+        for stages with a buffer; else None.
+    """
+
+    name: str
+    kind: str
+    depth: int
+    elements: int = 0
+    calls: int = 0
+    total_s: float = 0.0
+    self_s: float = 0.0
+    buffer_fill: float | None = None
+
+    @property
+    def elements_per_s(self) -> float:
+        """Elements per second of this stage's own time (inf when it took no measurable time)."""
+        if self.self_s <= 0:
+            return float("inf") if self.elements else 0.0
+        return self.elements / self.self_s
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        eps = self.elements_per_s
+        d["elements_per_s"] = None if eps == float("inf") else eps
+        return d
+
+
+@dataclasses.dataclass
+class PipelineStats:
+    """A snapshot of every stage's measurements, output stage first."""
+
+    stages: list[StageStats]
+    wall_s: float
+
+    @property
+    def slowest(self) -> StageStats | None:
+        """The stage with the most self time."""
+        return max(self.stages, key=lambda s: s.self_s, default=None)
+
+    def as_dict(self) -> dict[str, Any]:
+        slowest = self.slowest
+        return {
+            "wall_s": self.wall_s,
+            "slowest": slowest.name if slowest else None,
+            "stages": [s.as_dict() for s in self.stages],
+        }
+
+    def __str__(self) -> str:
+        rows = [("stage", "elements", "total s", "self s", "elements/s", "buffer")]
+        for s in self.stages:
+            eps = s.elements_per_s
+            rows.append(
+                (
+                    "  " * s.depth + s.name + (" [map]" if s.kind == "map" else ""),
+                    f"{s.elements:,}",
+                    f"{s.total_s:.4f}",
+                    f"{s.self_s:.4f}",
+                    "-" if eps == float("inf") else f"{eps:,.0f}",
+                    "-" if s.buffer_fill is None else f"{s.buffer_fill:.0%}",
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [
+            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            for r in rows
+        ]
+        slowest = self.slowest
+        lines.append(f"wall time {self.wall_s:.3f} s; slowest stage: {slowest.name if slowest else '-'}")
+        return "\n".join(lines)
+
+
+class _Record:
+    """Mutable counters of one stage (written from the hot path, so plain attributes)."""
+
+    __slots__ = ("name", "kind", "children", "elements", "calls", "seconds", "fill_sum", "fill_n",
+                 "buffer")
+
+    def __init__(self, name: str, kind: str):
+        self.name = name
+        self.kind = kind
+        self.children: list[_Record] = []  # the stages this one reads from
+        self.elements = 0
+        self.calls = 0
+        self.seconds = 0.0
+        self.fill_sum = 0.0
+        self.fill_n = 0
+        self.buffer: Any = None  # fn() -> fill fraction, or None
+
+
+class _Collector:
+    def __init__(self, root: _Record):
+        self.root = root
+        self.start = _perf()
+
+    def snapshot(self) -> PipelineStats:
+        stages: list[StageStats] = []
+        seen: set[int] = set()
+
+        def walk(rec: _Record, depth: int) -> None:
+            if id(rec) in seen:
+                return
+            seen.add(id(rec))
+            inner = sum(c.seconds for c in rec.children)
+            stages.append(
+                StageStats(
+                    name=rec.name,
+                    kind=rec.kind,
+                    depth=depth,
+                    elements=rec.elements,
+                    calls=rec.calls,
+                    total_s=rec.seconds,
+                    self_s=max(0.0, rec.seconds - inner),
+                    buffer_fill=(rec.fill_sum / rec.fill_n) if rec.fill_n else None,
+                )
+            )
+            for c in rec.children:
+                walk(c, depth + 1)
+
+        walk(self.root, 0)
+        return PipelineStats(stages, _perf() - self.start)
+
+
+# --- instrumentation ------------------------------------------------------------------------------
+
+
+def _label(obj: Any) -> str:
+    from grain_core.dataset.describe import stage_label
+
+    try:
+        return stage_label(obj)
+    except Exception:
+        return type(obj).__name__
+
+
+def _swap_class(obj: Any, namespace: dict[str, Any]) -> bool:
+    cls = type(obj)
+    ns = {
+        "__slots__": (),
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "_grain_core_instrumented": True,
+        **namespace,
+    }
+    try:
+        obj.__class__ = type(cls.__name__, (cls,), ns)
+    except TypeError:
+        return False
+    return True
+
+
+def _buffer_probe(it: Any) -> Any:
+    """A function returning the fill fraction of ``it``'s prefetch buffer, or None if it has none."""
+    attrs = getattr(it, "__dict__", {})
+    capacity = None
+    ro = attrs.get("_read_options")
+    if ro is not None:
+        capacity = getattr(ro, "prefetch_buffer_size", None)
+    for name in ("_buffer", "_queue", "_prefetch_buffer", "_buffer_queue"):
+        buf = attrs.get(name)
+        if isinstance(buf, collections.deque):
+            if capacity:
+                cap = max(int(capacity), 1)
+
+                def fill(buf=buf, cap=cap, name=name):
+                    b = getattr(it, name, buf)
+                    n = 0
+                    for entry in b:
+                        if isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], int):
+                            n += entry[1] - entry[0]  # (start, stop, future) chunks
+                        else:
+                            n += 1
+                    return min(1.0, n / cap)
+
+                return fill
+            if buf.maxlen:
+                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen
+        if isinstance(buf, queue.Queue) and buf.maxsize:
+            return lambda buf=buf: buf.qsize() / buf.maxsize
+    return None
+
+
+def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
+    if id(it) in seen:
+        return seen[id(it)]
+    rec = _Record(_label(getattr(it, "_stats_dataset", None) or it), "iter")
+    seen[id(it)] = rec
+    rec.buffer = _buffer_probe(it)
+    orig = type(it).__next__
+    probe = rec.buffer
+
+    if probe is None:
+
+        def __next__(self, _orig=orig, _rec=rec):
+            t0 = _perf()
+            try:
+                x = _orig(self)
+            finally:
+                _rec.seconds += _perf() - t0
+                _rec.calls += 1
+            _rec.elements += 1
+            return x
+
+    else:
+
+        def __next__(self, _orig=orig, _rec=rec, _probe=probe):
+            try:
+                _rec.fill_sum += _probe()
+                _rec.fill_n += 1
+            except Exception:
+                pass
+            t0 = _perf()
+            try:
+                x = _orig(self)
+            finally:
+                _rec.seconds += _perf() - t0
+                _rec.calls += 1
+            _rec.elements += 1
+            return x
+
+    _swap_class(it, {"__next__": __next__})
+    for p in getattr(it, "parents", ()) or ():
+        rec.children.append(_instrument_iterator(p, seen))
+    return rec
+
+
+def _instrument_map_dataset(ds: Any, rec: _Record) -> None:
+    from grain_core.dataset.base import MapDataset
+
+    ns: dict[str, Any] = {}
+    cls = type(ds)
+    if cls.__getitems__ is not MapDataset.__getitems__:
+        orig_many = cls.__getitems__
+
+        def __getitems__(self, indices, _orig=orig_many, _rec=rec):
+            t0 = _perf()
+            try:
+                return _orig(self, indices)
+            finally:
+                _rec.seconds += _perf() - t0
+                _rec.calls += 1
+                _rec.elements += len(indices)
+
+        ns["__getitems__"] = __getitems__
+    else:
+        orig_one = cls._getitem
+
+        def _getitem(self, index, _orig=orig_one, _rec=rec):
+            t0 = _perf()
+            try:
+                return _orig(self, index)
+            finally:
+                _rec.seconds += _perf() - t0
+                _rec.calls += 1
+                _rec.elements += 1
+
+        ns["_getitem"] = _getitem
+    _swap_class(ds, ns)
+
+
+def _replace_refs(obj: Any, mapping: dict[int, Any]) -> None:
+    """Points ``obj``'s attributes that reference an original parent at its copy."""
+
+    def sub(v: Any) -> Any:
+        if id(v) in mapping:
+            return mapping[id(v)]
+        if isinstance(v, tuple) and any(id(x) in mapping for x in v):
+            return tuple(mapping.get(id(x), x) for x in v)
+        if isinstance(v, list) and any(id(x) in mapping for x in v):
+            return [mapping.get(id(x), x) for x in v]
+        if isinstance(v, dict) and any(id(x) in mapping for x in v.values()):
+            return {k: mapping.get(id(x), x) for k, x in v.items()}
+        return v
+
+    for k, v in list(vars(obj).items()):
+        nv = sub(v)
+        if nv is not v:
+            setattr(obj, k, nv)
+
+
+def _is_process_boundary(ds: Any) -> bool:
+    name = type(ds).__name__
+    return "Multiprocess" in name or type(ds).__module__.startswith("grain_core.runtime.multiprocess")
+
+
+def _clone_map_stages(ds: Any, records: dict[int, _Record], memo: dict[int, Any]) -> Any:
+    """Returns ``ds`` with every in-process ``MapDataset`` stage replaced by an instrumented copy.
+
+    Stages that need no change are returned as they are; stages above a changed one are copied
+    shallowly with their references updated.
+    """
+    from grain_core.dataset.base import MapDataset
+
+    if id(ds) in memo:
+        return memo[id(ds)]
+    if _is_process_boundary(ds) or not hasattr(ds, "__dict__"):
+        memo[id(ds)] = ds
+        return ds
+    parents = list(getattr(ds, "parents", ()) or ())
+    new_parents = [_clone_map_stages(p, records, memo) for p in parents]
+    changed = any(a is not b for a, b in zip(parents, new_parents))
+    if not changed and not isinstance(ds, MapDataset):
+        memo[id(ds)] = ds
+        return ds
+    new = copy.copy(ds)
+    if changed:
+        _replace_refs(new, {id(a): b for a, b in zip(parents, new_parents) if a is not b})
+    if isinstance(ds, MapDataset):
+        rec = _Record(_label(ds), "map")
+        rec.children = [records[id(p)] for p in new_parents if id(p) in records]
+        _instrument_map_dataset(new, rec)
+        records[id(new)] = rec
+    memo[id(ds)] = new
+    return new
+
+
+def _attach_map_records(rec: _Record, it: Any, ds_records: dict[int, _Record], seen: set) -> None:
+    """Hangs the map-stage records under the iterators that read those ``MapDataset`` stages."""
+    if id(it) in seen:
+        return
+    seen.add(id(it))
+    attrs = getattr(it, "__dict__", {})
+    for name in ("_ds", "_map_ds", "_full_ds", "_dataset", "_parent_ds"):
+        d = attrs.get(name)
+        if d is not None and id(d) in ds_records and ds_records[id(d)] not in rec.children:
+            rec.children.append(ds_records[id(d)])
+            break
+    for p, child in zip(getattr(it, "parents", ()) or (), rec.children):
+        _attach_map_records(child, p, ds_records, seen)
+
+
+def iter_with_stats(ds: Iterable[Any]) -> Any:
+    """Returns ``iter(ds)`` instrumented to collect per-stage statistics.
+
+    The iterator behaves exactly like ``iter(ds)`` (same elements, ``get_state``/``set_state``) and
+    has a ``stats()`` method returning a :class:`PipelineStats`; :func:`collect` does the same.
+    ``ds`` itself is not modified.
+    """
+    ds_records: dict[int, _Record] = {}
+    try:
+        instrumented = _clone_map_stages(ds, ds_records, {})
+    except Exception:  # an unusual stage that cannot be copied: measure the iterators only
+        instrumented, ds_records = ds, {}
+    it = iter(instrumented)
+    seen: dict[int, _Record] = {}
+    root = _instrument_iterator(it, seen)
+    if root.name == type(it).__name__ and hasattr(instrumented, "parents"):
+        root.name = _label(instrumented)
+    _name_iterators(it, instrumented, seen)
+    if ds_records:
+        _attach_map_records(root, it, ds_records, set())
+    collector = _Collector(root)
+    it._grain_core_stats = collector  # type: ignore[attr-defined]
+    if type(it).__dict__.get("_grain_core_instrumented"):
+        type(it).stats = lambda self: self._grain_core_stats.snapshot()
+    return it
+
+
+def _name_iterators(it: Any, ds: Any, seen: dict[int, _Record]) -> None:
+    """Labels iterator records with their dataset stage's label, walking both trees in step."""
+    rec = seen.get(id(it))
+    if rec is None:
+        return
+    rec.name = _label(ds)
+    it_parents = list(getattr(it, "parents", ()) or ())
+    ds_parents = [p for p in (getattr(ds, "parents", ()) or ())]
+    from grain_core.dataset.base import IterDataset
+
+    ds_iter_parents = [p for p in ds_parents if isinstance(p, IterDataset)]
+    if len(it_parents) == len(ds_iter_parents):
+        for ip, dp in zip(it_parents, ds_iter_parents):
+            _name_iterators(ip, dp, seen)
+
+
+def collect(it: Any) -> PipelineStats:
+    """Returns the statistics of an iterator made by :func:`iter_with_stats`."""
+    collector = getattr(it, "_grain_core_stats", None)
+    if collector is None:
+        raise ValueError(
+            "This iterator collects no statistics; create it with "
+            "grain_core.stats.iter_with_stats(ds) instead of iter(ds)."
+        )
+    return collector.snapshot()
+

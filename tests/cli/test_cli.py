@@ -1,0 +1,141 @@
+"""The grain-core command line, run as ``python -m grain_core`` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PIPELINE = textwrap.dedent(
+    """
+    import numpy as np
+    import grain_core as grain
+
+    def make_dataset():
+        return (
+            grain.MapDataset.range(500)
+            .seed(0)
+            .shuffle()
+            .map(lambda x: {"x": np.full((4,), x, np.float32), "name": "ab"})
+            .batch(8)
+            .to_iter_dataset(grain.ReadOptions(num_threads=1))
+        )
+
+    DATASET = make_dataset()
+    NOT_A_DATASET = 3
+    """
+)
+
+
+def _env(extra=None):
+    env = dict(os.environ)
+    env["GRAIN_CORE_BLOCK_PLUGINS"] = "broken"  # the kernel session installs a deliberately broken one
+    env.update(extra or {})
+    return env
+
+
+def run(*args, cwd=None, env=None, check=True):
+    proc = subprocess.run(
+        [sys.executable, "-m", "grain_core", *args],
+        capture_output=True, text=True, cwd=cwd, env=_env(env), timeout=120,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def target(tmp_path):
+    path = tmp_path / "pipe.py"
+    path.write_text(PIPELINE)
+    return path
+
+
+def test_plugins_lists_range():
+    out = run("plugins").stdout
+    assert "grain-plugin-range" in out and "RangeDataSource" in out
+    data = json.loads(run("plugins", "--json").stdout)
+    assert any(p["distribution"] == "grain-plugin-range" and p["status"] == "loaded" for p in data)
+
+
+def test_bench_steps_json(target):
+    data = json.loads(run("bench", f"{target}:make_dataset", "--steps", "20", "--json").stdout)
+    assert data["elements"] == 20
+    assert data["elements_per_s"] > 0
+    assert data["bytes"] == 20 * (8 * 4 * 4 + 8 * 2 * 4)  # float32[8,4] + a <U2[8] array
+    assert data["bytes_per_s"] > 0
+
+
+def test_bench_seconds_text_with_progress_and_stats(target):
+    proc = run("bench", f"{target}:DATASET", "--seconds", "0.5", "--stats")
+    assert "elements/s:" in proc.stdout and "bytes/s:" in proc.stdout
+    assert "slowest stage:" in proc.stdout
+    assert "elements" in proc.stderr or "dataset exhausted" in proc.stdout
+
+
+def test_bench_module_target(target):
+    proc = run("bench", "pipe:make_dataset", "--steps", "5", "--json", cwd=target.parent,
+               env={"PYTHONPATH": str(target.parent)})
+    assert json.loads(proc.stdout)["elements"] == 5
+
+
+def test_inspect_text(target):
+    out = run("inspect", f"{target}:make_dataset", "--steps", "5").stdout
+    for stage in ("PrefetchIterDataset", "BatchMapDataset", "ShuffleMapDataset", "SourceMapDataset"):
+        assert stage in out
+    assert "grain-plugin-range" in out  # the range source's provider
+    assert "num_threads" in out  # options
+    assert "['x']: ndarray shape=(8, 4) dtype=float32" in out
+    assert "Per-stage timings" in out and "slowest stage:" in out
+
+
+def test_inspect_json(target):
+    data = json.loads(run("inspect", f"{target}:make_dataset", "--json").stdout)
+    tree = data["tree"]
+    assert tree["stage"].startswith("PrefetchIterDataset") and tree["provider"] == "grain-core"
+    assert tree["options"]["read_options"]["num_threads"] == 1
+    spec = {leaf["path"]: leaf for leaf in data["element_spec"]}
+    assert spec["['x']"]["shape"] == [8, 4] and spec["['x']"]["dtype"] == "float32"
+    assert data["stats"]["slowest"]
+    assert len(data["stats"]["stages"]) == 6
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [("nope.py:x", "no such file"), ("{target}:missing", "no attribute"),
+     ("{target}:NOT_A_DATASET", "not a MapDataset"), ("justaname", "TARGET must look like")],
+)
+def test_bad_targets(target, bad, message):
+    proc = run("inspect", bad.format(target=target), check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_new_plugin_skeleton_passes_its_tests(tmp_path):
+    out = run("new-plugin", "demo-thing", "--dir", str(tmp_path)).stdout
+    root = tmp_path / "grain-plugin-demo-thing"
+    assert str(root) in out
+    import tomllib
+
+    meta = tomllib.loads((root / "pyproject.toml").read_text())
+    assert meta["project"]["name"] == "grain-plugin-demo-thing"
+    assert meta["project"]["entry-points"]["grain_core"] == {"demo_thing": "grain_plugin_demo_thing.plugin"}
+    # Not installed: the skeleton's conftest registers the plugin module explicitly.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests"],
+        cwd=root, capture_output=True, text=True, timeout=300,
+        env=_env({"PYTHONPATH": str(root)}),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 passed" in proc.stdout
+
+
+def test_new_plugin_refuses_bad_names_and_existing_dirs(tmp_path):
+    assert run("new-plugin", "9bad", "--dir", str(tmp_path), check=False).returncode == 2
+    run("new-plugin", "ok", "--dir", str(tmp_path))
+    proc = run("new-plugin", "ok", "--dir", str(tmp_path), check=False)
+    assert proc.returncode == 2 and "exists" in proc.stdout
