@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import operator
+
+from grain_core.validation import check_int
 
 __all__ = ["ReadOptions", "MultiprocessingOptions", "DatasetOptions"]
 
 
 def _non_negative_int(owner: str, name: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be an int, got bool.")
-    try:
-        v = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__}.") from None
-    if v < 0:
-        raise ValueError(f"{owner}.{name} must be >= 0, got {v}.")
-    return v
+    return check_int(value, f"{owner}.{name}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,10 +47,9 @@ class MultiprocessingOptions:
 
     def __post_init__(self):
         _non_negative_int("MultiprocessingOptions", "num_workers", self.num_workers)
-        if _non_negative_int(
-            "MultiprocessingOptions", "per_worker_buffer_size", self.per_worker_buffer_size
-        ) < 1:
-            raise ValueError("MultiprocessingOptions.per_worker_buffer_size must be >= 1.")
+        check_int(
+            self.per_worker_buffer_size, "MultiprocessingOptions.per_worker_buffer_size", minimum=1
+        )
 
 
 @dataclasses.dataclass(frozen=True)

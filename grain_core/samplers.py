@@ -20,6 +20,7 @@ import numpy as np
 from grain_core import seeds as _seeds
 from grain_core.records import RecordMetadata
 from grain_core.sharding import NoSharding, ShardOptions
+from grain_core.validation import check_int
 
 __all__ = ["IndexSampler", "Sampler", "SequentialSampler"]
 
@@ -52,16 +53,7 @@ class IndexSampler:
         num_epochs: int | None = 1,
         seed: int | None = None,
     ):
-        if isinstance(num_records, bool):
-            raise TypeError("IndexSampler num_records must be an int, got bool.")
-        try:
-            num_records = operator.index(num_records)
-        except TypeError:
-            raise TypeError(
-                f"IndexSampler num_records must be an int, got {type(num_records).__name__}."
-            ) from None
-        if num_records <= 0:
-            raise ValueError(f"IndexSampler num_records must be > 0, got {num_records}.")
+        num_records = check_int(num_records, "IndexSampler num_records", minimum=1)
         if shard_options is None:
             shard_options = NoSharding()
         if not isinstance(shard_options, ShardOptions):
@@ -70,13 +62,7 @@ class IndexSampler:
                 f"ShardByJaxProcess(), ShardOptions(...)), got {type(shard_options).__name__}."
             )
         if num_epochs is not None:
-            if isinstance(num_epochs, bool):
-                raise TypeError("IndexSampler num_epochs must be a positive int or None, got bool.")
-            num_epochs = operator.index(num_epochs)
-            if num_epochs <= 0:
-                raise ValueError(
-                    f"IndexSampler num_epochs must be a positive int or None, got {num_epochs}."
-                )
+            num_epochs = check_int(num_epochs, "IndexSampler num_epochs (or None)", minimum=1)
         if seed is not None:
             seed = _seeds.validate_seed(seed, "IndexSampler seed")
         if shuffle and seed is None:

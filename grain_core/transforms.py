@@ -96,11 +96,9 @@ class Batch:
 
 def check_batch_size(batch_size: object) -> int:
     """Returns ``batch_size`` if it is a positive int, else raises ``TypeError``/``ValueError``."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise TypeError(f"batch_size must be a positive int, got {type(batch_size).__name__}.")
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size}.")
-    return int(batch_size)
+    from grain_core.validation import check_int
+
+    return check_int(batch_size, "batch_size", minimum=1)
 
 
 class DatasetSelectionMap(abc.ABC):

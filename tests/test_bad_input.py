@@ -47,7 +47,7 @@ def test_mix_weights():
 
 
 def test_repeat_zero_and_infinite():
-    with pytest.raises(ValueError, match="positive int or None"):
+    with pytest.raises(ValueError, match=r"repeat\(num_epochs\) \(or None\) must be a positive int"):
         MapDataset.range(5).repeat(0)
     with pytest.raises(ValueError, match="infinite"):
         MapDataset.range(5).repeat().repeat(2)

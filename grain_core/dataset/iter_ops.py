@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from grain_core.dataset.callables import as_callable
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.prefetch import FilterRatioCheck
 from grain_core.options import DatasetOptions
+from grain_core.validation import check_int
 
 
 def _check_iter_parent(parent: Any, where: str) -> IterDataset:
@@ -419,10 +419,7 @@ class LimitIterDataset(_OneParentIterDataset):
 
     def __init__(self, parent: IterDataset, count: int):
         super().__init__(parent)
-        count = operator.index(count)
-        if count < 0:
-            raise ValueError(f"LimitIterDataset count must be >= 0, got {count}.")
-        self._count = count
+        self._count = check_int(count, "LimitIterDataset count")
 
     def __iter__(self):
         return _LimitIterator(iter(self._parent), self._count)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import operator
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import MapDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
+from grain_core.validation import check_int
 
 
 def _index_array(indices: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -357,11 +357,7 @@ class RepeatMapDataset(MapDataset):
         if n >= sys.maxsize:
             raise ValueError("Cannot repeat an infinite dataset (it is already repeated).")
         if num_epochs is not None:
-            if isinstance(num_epochs, bool):
-                raise TypeError("repeat(num_epochs) expects a positive int or None, got bool.")
-            num_epochs = operator.index(num_epochs)
-            if num_epochs <= 0:
-                raise ValueError(f"repeat(num_epochs) expects a positive int or None, got {num_epochs}.")
+            num_epochs = check_int(num_epochs, "repeat(num_epochs) (or None)", minimum=1)
         self._parent = parent
         self._epochs = num_epochs
         self._len = sys.maxsize if num_epochs is None else n * num_epochs
@@ -386,9 +382,9 @@ class FlatMapMapDataset(MapDataset):
         super().__init__(parent)
         self._fn = as_callable(transform, tr.FlatMap, "FlatMapMapDataset")
         self._transform = transform
-        self._fan_out = operator.index(getattr(transform, "max_fan_out", 0))
-        if self._fan_out <= 0:
-            raise ValueError(f"FlatMap.max_fan_out must be a positive int, got {self._fan_out}.")
+        self._fan_out = check_int(
+            getattr(transform, "max_fan_out", 0), "FlatMap.max_fan_out", minimum=1
+        )
         self._parent = parent
         self._len = len(parent) * self._fan_out if len(parent) < sys.maxsize else sys.maxsize
         self._local = threading.local()

@@ -252,6 +252,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             )
         self._cancel_pending()
         self._next_index = index
+        self._chunk = 8  # restart small: the first element after a restore comes quickly
         self._reset_buffer()
 
     def start_prefetch(self) -> None:

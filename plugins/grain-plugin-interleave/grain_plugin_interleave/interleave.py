@@ -16,7 +16,6 @@ Background work (off by default; neither changes the order nor the states):
 
 from __future__ import annotations
 
-import operator
 import queue
 import threading
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 import grain_core as grain
 from grain_core import state as _state
+from grain_core.validation import check_int
 
 __all__ = ["InterleaveIterDataset"]
 
@@ -32,19 +32,7 @@ _END = object()
 
 
 def _non_negative(value: Any, name: str, positive: bool = False) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"InterleaveIterDataset: {name} must be an int, got bool.")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"InterleaveIterDataset: {name} must be an int, got {type(value).__name__}."
-        ) from None
-    if v < (1 if positive else 0):
-        raise ValueError(
-            f"InterleaveIterDataset: {name} must be {'positive' if positive else '>= 0'}, got {v}."
-        )
-    return v
+    return check_int(value, f"InterleaveIterDataset: {name}", minimum=1 if positive else 0)
 
 
 class InterleaveIterDataset(grain.IterDataset):

@@ -3,11 +3,12 @@ validating elements and assembling outputs with ``_segment_ids`` / ``_positions`
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
+
+from grain_core.validation import check_int
 
 Path = tuple[Any, ...]
 
@@ -32,12 +33,7 @@ def path_name(path: Path) -> str:
 
 
 def _positive(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{where} must be a positive int, got {type(value).__name__} {value!r}.")
-    v = operator.index(value)
-    if v <= 0:
-        raise ValueError(f"{where} must be positive, got {v}.")
-    return v
+    return check_int(value, where, minimum=1)
 
 
 class FeatureSpec:

@@ -11,7 +11,6 @@ order, and repeats. Both are seeded by an explicit ``seed`` or, when it is None,
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -19,21 +18,13 @@ import numpy as np
 import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.validation import check_int
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
 
 
 def _check_window_size(window_size: Any, where: str) -> int:
-    if isinstance(window_size, bool):
-        raise TypeError(f"{where}: window_size must be an int, got bool.")
-    try:
-        w = operator.index(window_size)
-    except TypeError:
-        raise TypeError(
-            f"{where}: window_size must be an int, got {type(window_size).__name__}."
-        ) from None
-    if w <= 0:
-        raise ValueError(f"{where}: window_size must be positive, got {w}.")
+    w = check_int(window_size, f"{where}: window_size", minimum=1)
     return w
 
 
