@@ -130,6 +130,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._reset_buffer()
 
     def _reset_buffer(self) -> None:
+        self._last_done: float | None = None
         self._buffer: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._read_to = self._next_index
         self._current: list[Any] = []
@@ -143,10 +144,11 @@ class PrefetchDatasetIterator(DatasetIterator):
 
     # --- reading ----------------------------------------------------------------------------------
 
-    def _read_chunk(self, start: int, stop: int) -> tuple[list[Any], float]:
+    def _read_chunk(self, start: int, stop: int) -> tuple[list[Any], float, float]:
         t0 = time.perf_counter()
         items = self._ds.__getitems__(range(start, stop))
-        return items, time.perf_counter() - t0
+        t1 = time.perf_counter()
+        return items, t1 - t0, t1
 
     def _adapt(self, seconds: float) -> None:
         limit = max(1, min(_MAX_CHUNK, self._read_options.prefetch_buffer_size // 2 or 1))
@@ -188,9 +190,17 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut = self._buffer.popleft()
         try:
             if fut is None:
-                items, seconds = self._read_chunk(start, stop)
+                items, seconds, done = self._read_chunk(start, stop)
             else:
-                items, seconds = fut.result()
+                items, seconds, done = fut.result()
+            # Chunks read in parallel by threads sharing the CPU (and the GIL) each take longer
+            # the more run at once, so a chunk's own duration overstates what it costs the pool.
+            # What a chunk costs is at most the time since the previous chunk was done: adapting
+            # on that keeps chunks large when contention (not the chunk's size) makes them slow,
+            # and still shrinks them when every read is slow (e.g. I/O-bound sources).
+            last, self._last_done = self._last_done, done
+            if last is not None:
+                seconds = min(seconds, max(done - last, 0.0))
         except Exception:
             # Re-read one by one so the elements before the failing one are still delivered and
             # the error surfaces at the element that caused it.

@@ -1,0 +1,96 @@
+"""Issue 3 workloads: mp_prefetch throughput, CPU-bound scaling, and restore latency."""
+
+from __future__ import annotations
+
+import numpy as np
+from harness import Workload
+
+try:  # google's grain reads absl flags in mp_prefetch; the harness does not parse them.
+    from absl import flags as _flags
+
+    if not _flags.FLAGS.is_parsed():
+        _flags.FLAGS.mark_as_parsed()
+except ImportError:  # pragma: no cover
+    pass
+
+_ANGLES = np.linspace(0.0, 1.0, 20_000)
+
+
+def _full64(x):
+    return np.full((64,), x)
+
+
+def _heavy(x):
+    # A few hundred microseconds of single-threaded numpy work per element.
+    return float(np.sin(_ANGLES * (x % 97 + 1)).sum())
+
+
+def _batched_mp(lib):
+    return (
+        lib.MapDataset.range(100_000)
+        .shuffle(seed=0)
+        .map(_full64)
+        .batch(32)
+        .to_iter_dataset()
+        .mp_prefetch(lib.MultiprocessingOptions(num_workers=2))
+    )
+
+
+def _cpu_bound(lib, workers):
+    ds = lib.MapDataset.range(3_000).map(_heavy).to_iter_dataset(lib.ReadOptions(num_threads=0))
+    if workers:
+        ds = ds.mp_prefetch(lib.MultiprocessingOptions(num_workers=workers))
+    return ds
+
+
+def _ours_in_process(_lib):
+    import grain_core
+
+    return _cpu_bound(grain_core, 0)
+
+
+def _restores(lib, n=200):
+    """Built eagerly (outside the timed pass): an iterator advanced 50 elements, its state; the
+    timed pass is ``n`` times ``set_state`` + first element."""
+    it = iter(_batched_mp(lib))
+    for _ in range(50):
+        next(it)
+    state = it.get_state()
+
+    def gen():
+        try:
+            for _ in range(n):
+                it.set_state(state)
+                yield next(it)
+        finally:
+            it.close()
+
+    return gen()
+
+
+WORKLOADS = [
+    Workload(
+        "mp_prefetch(2) range(100k).shuffle.map(full64).batch(32)",
+        _batched_mp,
+        count=len,
+        target=5,
+    ),
+    Workload(
+        "mp_prefetch(2) CPU-bound map (~300us/elem)",
+        lambda lib: _cpu_bound(lib, 2),
+        target=1,
+    ),
+    Workload(
+        "CPU-bound map: ours mp(2) vs ours in-process (grain column)",
+        lambda lib: _cpu_bound(lib, 2),
+        build_theirs=_ours_in_process,
+        target=1.7,
+    ),
+    Workload(
+        "mp_prefetch(2) restore latency: set_state + first element",
+        _restores,
+        unit="restores",
+        target=10,
+        max_seconds=8,
+    ),
+]

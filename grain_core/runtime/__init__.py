@@ -1,0 +1,12 @@
+"""The runtime: threads, processes, devices and autotuning around the dataset kernel.
+
+One module per job, each imported on first use:
+
+* :mod:`~grain_core.runtime.multiprocess` — ``IterDataset.mp_prefetch`` (worker processes).
+* :mod:`~grain_core.runtime.shm` — moving elements between processes through shared memory.
+* :mod:`~grain_core.runtime.thread_prefetch` — ``ThreadPrefetchIterDataset`` (a background thread).
+* :mod:`~grain_core.runtime.device` — ``device_put`` (elements to JAX devices; jax imported lazily).
+* :mod:`~grain_core.runtime.autotune` — ``pick_performance_config``.
+
+See ``docs/runtime.md``.
+"""

@@ -1,0 +1,110 @@
+"""``grain_core.experimental.device_put``: elements as ``jax.Array`` on a device or sharding.
+
+Contract:
+
+* ``device_put(ds, device, cpu_buffer_size=4, device_buffer_size=2)`` returns an ``IterDataset``
+  whose elements are ``ds``'s elements with every leaf converted to a ``jax.Array``:
+  ``jax.device_put(leaf, device)`` for a ``jax.Device`` or a single-process ``Sharding``; in a
+  multi-process JAX run with a ``Sharding``, each process's element is its *local part* of the global
+  batch (``jax.make_array_from_process_local_data``).
+* ``cpu_buffer_size`` elements are prepared ahead on the CPU by a background thread
+  (:class:`~grain_core.runtime.thread_prefetch.ThreadPrefetchIterDataset`); ``device_buffer_size``
+  elements have their (asynchronous) transfers issued ahead of the consumer.
+* The state is the CPU pipeline's state after the last element returned; restoring never loses or
+  repeats an element that was already transferred ahead.
+* ``jax`` is imported only when an element is transferred.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from grain_core import state as _state
+from grain_core.dataset.base import DatasetIterator, IterDataset
+
+__all__ = ["device_put", "DevicePutIterDataset"]
+
+_STATE_KIND = "DevicePutDatasetIterator"
+
+
+def device_put(
+    ds: IterDataset, device: Any, cpu_buffer_size: int = 4, device_buffer_size: int = 2
+) -> IterDataset:
+    """Returns ``ds`` with elements placed on ``device`` (a ``jax.Device`` or ``Sharding``)."""
+    from grain_core.runtime.thread_prefetch import ThreadPrefetchIterDataset
+
+    if cpu_buffer_size > 0:
+        ds = ThreadPrefetchIterDataset(ds, prefetch_buffer_size=cpu_buffer_size)
+    return DevicePutIterDataset(ds, device, device_buffer_size)
+
+
+def _placer(device: Any):
+    import jax
+
+    multi = isinstance(device, jax.sharding.Sharding) and jax.process_count() > 1
+    if multi:
+
+        def put_leaf(x: Any) -> Any:
+            return jax.make_array_from_process_local_data(device, x)
+
+        return lambda element: jax.tree.map(put_leaf, element)
+    return lambda element: jax.device_put(element, device)
+
+
+class DevicePutIterDataset(IterDataset):
+    """Transfers elements to ``device`` keeping ``device_buffer_size`` transfers in flight."""
+
+    def __init__(self, parent: IterDataset, device: Any, device_buffer_size: int = 2):
+        if int(device_buffer_size) < 0:
+            raise ValueError(f"device_buffer_size must be >= 0, got {device_buffer_size}.")
+        super().__init__(parent)
+        self.device = device
+        self.device_buffer_size = int(device_buffer_size)
+
+    def __iter__(self) -> DatasetIterator:
+        return _DevicePutIterator(iter(self._parents[0]), self.device, self.device_buffer_size)
+
+
+class _DevicePutIterator(DatasetIterator):
+    def __init__(self, parent: DatasetIterator, device: Any, ahead: int):
+        super().__init__(parent)
+        self._device = device
+        self._ahead = max(1, ahead)
+        self._put: Any = None
+        self._buffer: collections.deque[tuple[Any, Any]] = collections.deque()
+        self._state = parent.get_state()
+        self._end = False
+
+    def _fill(self) -> None:
+        if self._put is None:
+            self._put = _placer(self._device)
+        parent = self._parents[0]
+        while not self._end and len(self._buffer) < self._ahead:
+            try:
+                x = next(parent)
+            except StopIteration:
+                self._end = True
+                break
+            # jax.device_put is asynchronous: the transfer proceeds while later elements are read.
+            self._buffer.append((self._put(x), parent.get_state()))
+
+    def __next__(self) -> Any:
+        if not self._buffer:
+            self._fill()
+            if not self._buffer:
+                raise StopIteration
+        x, st = self._buffer.popleft()
+        self._state = st
+        self._fill()
+        return x
+
+    def get_state(self) -> dict[str, Any]:
+        return _state.make_state(_STATE_KIND, parent=self._state)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        _state.expect_state(state, _STATE_KIND, ("parent",))
+        self._parents[0].set_state(state["parent"])
+        self._buffer.clear()
+        self._end = False
+        self._state = state["parent"]
