@@ -96,6 +96,15 @@ class ElementRngs:
         self._key = np.array([int(seed) & _M64, 0], dtype=np.uint64)
         self._local = threading.local()
 
+    def __getstate__(self) -> dict:
+        return {"key": self._key}
+
+    def __setstate__(self, state: dict) -> None:
+        import threading
+
+        self._key = state["key"]
+        self._local = threading.local()
+
     def __call__(self, index: int) -> np.random.Generator:
         local = self._local
         gen = getattr(local, "gen", None)

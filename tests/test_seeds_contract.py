@@ -84,3 +84,13 @@ def test_element_rngs_match_element_rng():
     for i in [0, 1, 7, 2**40]:
         expected = seeds.element_rng(99, i).integers(0, 2**31, size=6)
         assert np.array_equal(rngs(i).integers(0, 2**31, size=6), expected)
+
+
+def test_random_map_stages_pickle_and_run_in_workers():
+    import pickle
+
+    rngs = pickle.loads(pickle.dumps(seeds.ElementRngs(5)))
+    assert np.array_equal(rngs(3).integers(0, 100, 4), seeds.element_rng(5, 3).integers(0, 100, 4))
+    ds = grain.MapDataset.range(6).random_map(lambda x, r: x + int(r.integers(100)), seed=0)
+    mp = ds.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=1))
+    assert list(mp) == list(ds)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from grain_core.checkpoint.files import decode_state, encode_state
 from grain_core.testing.compare import assert_elements_equal
 
 
@@ -25,21 +26,26 @@ def assert_equal_output_after_checkpoint(
     """Asserts that restoring any saved state continues with exactly the original elements.
 
     Iterates ``ds`` (an ``IterDataset``, or a ``MapDataset`` read through ``to_iter_dataset``) up
-    to ``max_elements`` elements, saving ``get_state()`` (round-tripped through JSON) at each step in
-    ``checkpoints`` (default: 0, 1, 2, 3, 5, 8, ... and the last). For each state, a fresh iterator
-    restored from it must produce the same remaining elements, and restoring into the already
-    advanced original iterator must too.
+    to ``max_elements`` elements, saving ``get_state()`` at each step in ``checkpoints`` (default:
+    0, 1, 2, 3, 5, 8, ... and the last), round-tripped through the checkpoint file format
+    (:mod:`grain_core.checkpoint`: JSON envelope and text). For each state, a fresh iterator restored
+    from it must produce the same remaining elements, and end where the original ended (no extra
+    element after an exhausted pipeline); restoring into the already advanced original iterator
+    must too.
     """
     it = _iterate(ds)
     states: dict[int, Any] = {}
     wanted = set(checkpoints) if checkpoints is not None else None
     elements: list[Any] = []
+    exhausted = False
     try:
         for step in itertools.count():
             if wanted is None or step in wanted:
                 state = it.get_state()
                 try:
-                    states[step] = json.loads(json.dumps(state))
+                    # Through the checkpoint envelope and JSON text, as a file on disk holds it.
+                    doc = json.loads(json.dumps(encode_state(state), allow_nan=False))
+                    states[step] = decode_state(doc, f"state at step {step}")
                 except (TypeError, ValueError) as e:
                     raise AssertionError(f"get_state() at step {step} is not JSON: {e}") from e
             if step >= max_elements:
@@ -47,6 +53,7 @@ def assert_equal_output_after_checkpoint(
             try:
                 elements.append(next(it))
             except StopIteration:
+                exhausted = True
                 break
         if wanted is None:
             fib = {0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, len(elements)}
@@ -56,7 +63,7 @@ def assert_equal_output_after_checkpoint(
             fresh = _iterate(ds)
             try:
                 fresh.set_state(state)
-                got = list(itertools.islice(fresh, len(expected)))
+                got = list(itertools.islice(fresh, len(expected) + (1 if exhausted else 0)))
             finally:
                 fresh.close()
             assert_elements_equal(expected, got, f"fresh iterator restored at step {step}")
