@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 
@@ -45,18 +46,22 @@ def _ar_pipeline(lib, paths):
     return lib.MapDataset.source(src).shuffle(seed=0).map(_len).batch(64).to_iter_dataset()
 
 
-def _ar_reference(paths):
-    """The ArrayRecord reader's own batched read(indices) over the same shuffled order."""
+def _ar_reference(paths, per_call=64):
+    """The ArrayRecord reader's own batched ``read(indices)`` over the same shuffled order, with the
+    options ``ArrayRecordDataSource`` opens its readers with, ``per_call`` indices of the order at a
+    time (split per file). The reader is much faster with large batches (it reads the records of
+    one call in parallel in its own thread pool), so the fair reference is the best of the rows."""
     from array_record.python.array_record_module import ArrayRecordReader
+    from grain_plugin_arrayrecord.source import _options_string
 
     import grain_core
 
-    order = list(grain_core.MapDataset.range(AR_RECORDS).shuffle(seed=0))
+    order = np.asarray(list(grain_core.MapDataset.range(AR_RECORDS).shuffle(seed=0)))
     per = AR_RECORDS // AR_FILES
-    readers = [ArrayRecordReader(p, "readahead_buffer_size:0") for p in paths]
+    readers = [ArrayRecordReader(p, _options_string(None)) for p in paths]
     total = 0
-    for s in range(0, AR_RECORDS, 64):
-        chunk = np.asarray(order[s : s + 64])
+    for s in range(0, AR_RECORDS, per_call):
+        chunk = order[s : s + per_call]
         fids = chunk // per
         for f in np.unique(fids):
             recs = readers[f].read((chunk[fids == f] - f * per).tolist())
@@ -64,6 +69,13 @@ def _ar_reference(paths):
     for r in readers:
         r.close()
     return total
+
+
+# 64: one batch per call; 16,000: the largest chunk to_iter_dataset reads at once here (250 batches).
+_AR_REFERENCES = {
+    f"read(indices) {n}/call": functools.partial(_ar_reference, per_call=n)
+    for n in (64, 1024, 16_000)
+}
 
 
 def _pq_setup():
@@ -121,7 +133,7 @@ WORKLOADS = [
         unit="records",
         target=10,
         setup=_ar_setup,
-        references={"ArrayRecordReader.read(indices) batched": _ar_reference},
+        references=_AR_REFERENCES,
     ),
     Workload(
         "Parquet 8x25k rows ParquetIterDataset + InterleaveIterDataset(4)",

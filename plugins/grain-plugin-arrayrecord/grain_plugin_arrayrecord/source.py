@@ -2,8 +2,9 @@
 
 The source holds a global index over its files (built lazily, on the first ``len`` or read, from each
 file's record count, or from ``FileInstruction`` counts without opening the file). Readers are opened
-lazily, one per file, shared by threads under a per-file lock, closed by ``close()`` / ``__exit__``
-and never pickled: an unpickled copy (e.g. in a worker process) reopens what it reads.
+lazily, one per file, shared by threads that read in parallel (the reader's batched ``read`` is
+thread-safe and releases the GIL), closed by ``close()`` / ``__exit__`` and never pickled: an
+unpickled copy (e.g. in a worker process) reopens what it reads.
 """
 
 from __future__ import annotations
@@ -176,9 +177,11 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
     # --- runtime state (never pickled) -----------------------------------------------------------
 
     def _init_runtime(self) -> None:
-        self._lock = threading.Lock()
+        # ``_lock`` guards opening, counting users of and closing readers; reads themselves run
+        # without a lock, in parallel (see ``_read``).
+        self._lock = threading.Condition(threading.Lock())
         self._readers: list[Any] = [None] * len(self._files)
-        self._reader_locks = [threading.Lock() for _ in self._files]
+        self._users: dict[Any, int] = {}  # reader -> reads in flight on it
         if not hasattr(self, "_starts"):
             self._starts = None  # np.ndarray of file start offsets, built lazily
             self._ends = None
@@ -186,7 +189,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("_lock", "_readers", "_reader_locks"):
+        for k in ("_lock", "_readers", "_users"):
             state.pop(k, None)
         return state
 
@@ -203,6 +206,28 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                     r = _open_reader(self._files[f], self._options)
                     self._readers[f] = r
         return r
+
+    def _read(self, f: int, local: list[int]) -> list[bytes]:
+        """``read(local)`` on file ``f``'s shared reader, without holding a lock while reading.
+
+        ``ArrayRecordReader.read(indices)`` is safe to call from several threads at once on one
+        reader and releases the GIL while it reads, so threads read in parallel. ``close()`` waits
+        for the reads in flight on a reader before closing it."""
+        with self._lock:
+            r = self._readers[f]
+            if r is None:
+                r = _open_reader(self._files[f], self._options)
+                self._readers[f] = r
+            self._users[r] = self._users.get(r, 0) + 1
+        try:
+            return r.read(local)
+        finally:
+            with self._lock:
+                left = self._users.pop(r) - 1
+                if left:
+                    self._users[r] = left
+                else:
+                    self._lock.notify_all()
 
     def _index(self) -> tuple[np.ndarray, np.ndarray]:
         if self._ends is None:
@@ -240,8 +265,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
             raise self._out_of_range(operator.index(record_key), n)
         f = int(np.searchsorted(ends, i, side="right"))
         local = i - int(starts[f]) + int(self._skips[f])
-        with self._reader_locks[f]:
-            return self._reader(f).read([local])[0]
+        return self._read(f, [local])[0]
 
     def __getitems__(self, record_keys: Sequence[int]) -> list[bytes]:
         keys = np.asarray(record_keys, dtype=np.int64).reshape(-1)
@@ -261,19 +285,18 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         local = keys - starts[fids] + self._skips[fids]
         first = int(fids[0])
         if (fids == first).all():  # one file: the reader returns records in the order asked
-            with self._reader_locks[first]:
-                return self._reader(first).read(local.tolist())
-        out: list[Any] = [None] * keys.size
+            return self._read(first, local.tolist())
+        # Several files: one read per file (indices in the order asked within each file), then the
+        # records are put back in the order asked.
         order = np.argsort(fids, kind="stable")
         sorted_f = fids[order]
         bounds = np.flatnonzero(np.diff(sorted_f)) + 1
+        records: list[Any] = []
         for positions in np.split(order, bounds):
-            f = int(fids[positions[0]])
-            with self._reader_locks[f]:
-                records = self._reader(f).read(local[positions].tolist())
-            for p, r in zip(positions.tolist(), records):
-                out[p] = r
-        return out
+            records += self._read(int(fids[positions[0]]), local[positions].tolist())
+        out = np.empty(keys.size, dtype=object)
+        out[order] = records
+        return out.tolist()
 
     def __iter__(self):
         for f in range(len(self._files)):
@@ -285,13 +308,13 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
     # --- resources -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes every open reader; later reads reopen them."""
+        """Closes every open reader (after the reads in flight on it); later reads reopen them."""
         with self._lock:
             for f, r in enumerate(self._readers):
                 if r is not None:
-                    with self._reader_locks[f]:
-                        r.close()
-                    self._readers[f] = None
+                    self._readers[f] = None  # new reads open a fresh reader
+                    self._lock.wait_for(lambda r=r: r not in self._users)
+                    r.close()
 
     def __enter__(self) -> ArrayRecordDataSource:
         return self

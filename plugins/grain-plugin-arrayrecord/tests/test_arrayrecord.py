@@ -210,3 +210,25 @@ def test_pipeline_checkpoints(files):
         .to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=8))
     )
     testing.assert_equal_output_after_checkpoint(threaded)
+
+
+def test_reads_run_in_parallel_and_close_waits_for_them(files, expected):
+    # Reads share one reader per file without a lock; close() while threads read must neither
+    # break a read in flight nor stop later reads (which reopen the reader).
+    src = ArrayRecordDataSource(files)
+    rng = np.random.default_rng(1)
+    batches = [rng.integers(0, len(src), size=40).tolist() for _ in range(200)]
+
+    def read(b):
+        return src.__getitems__(b)
+
+    with ThreadPoolExecutor(8) as pool:
+        futs = [pool.submit(read, b) for b in batches]
+        for _ in range(20):
+            src.close()
+        results = [f.result() for f in futs]
+    for b, r in zip(batches, results):
+        assert r == [expected[i] for i in b]
+    assert not src._users
+    src.close()
+    assert all(r is None for r in src._readers)

@@ -15,7 +15,7 @@ def _windows_ok(out, n, w):
 
 
 def test_map_permutes_within_windows_and_epochs():
-    ds = grain.MapDataset.range(1000).pipe(
+    ds = grain.MapDataset.source(range(1000)).pipe(
         grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0
     )
     out = list(ds)
@@ -31,19 +31,19 @@ def test_map_permutes_within_windows_and_epochs():
 
 def test_map_pipe_batch_and_seed_contract():
     ds = (
-        grain.MapDataset.range(1000)
+        grain.MapDataset.source(range(1000))
         .pipe(grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0)
         .batch(16)
     )
     assert len(ds) == 63 and ds[0].shape == (16,)
     a = list(
         grain.experimental.WindowShuffleMapDataset(
-            grain.MapDataset.range(50).seed(1), window_size=10
+            grain.MapDataset.source(range(50)).seed(1), window_size=10
         )
     )
     b = list(
         grain.experimental.WindowShuffleMapDataset(
-            grain.MapDataset.range(50).seed(2), window_size=10
+            grain.MapDataset.source(range(50)).seed(2), window_size=10
         )
     )
     assert a != b
@@ -51,12 +51,12 @@ def test_map_pipe_batch_and_seed_contract():
 
 
 def test_iter_window_shuffle():
-    parent = grain.MapDataset.range(103).to_iter_dataset()
+    parent = grain.MapDataset.source(range(103)).to_iter_dataset()
     out = list(grain.experimental.WindowShuffleIterDataset(parent, window_size=10, seed=3))
     _windows_ok(out, 103, 10)
     assert out != list(range(103))
     seeded = grain.experimental.WindowShuffleIterDataset(
-        grain.MapDataset.range(50).to_iter_dataset().seed(7), window_size=10
+        grain.MapDataset.source(range(50)).to_iter_dataset().seed(7), window_size=10
     )
     assert list(seeded) != list(range(50))
     testing.check_deterministic(lambda: seeded)
@@ -65,28 +65,28 @@ def test_iter_window_shuffle():
 @pytest.mark.parametrize("w", [1, 7, 10, 200])
 def test_iter_checkpoint(w):
     ds = grain.experimental.WindowShuffleIterDataset(
-        grain.MapDataset.range(60).to_iter_dataset(), window_size=w, seed=1
+        grain.MapDataset.source(range(60)).to_iter_dataset(), window_size=w, seed=1
     )
     testing.assert_equal_output_after_checkpoint(ds, checkpoints=range(61))
 
 
 def test_map_checkpoint():
     ds = grain.experimental.WindowShuffleMapDataset(
-        grain.MapDataset.range(40), window_size=6, seed=2
+        grain.MapDataset.source(range(40)), window_size=6, seed=2
     )
     testing.assert_equal_output_after_checkpoint(ds)
 
 
 def test_bad_inputs():
     with pytest.raises(ValueError):
-        grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(4), window_size=0)
+        grain.experimental.WindowShuffleMapDataset(grain.MapDataset.source(range(4)), window_size=0)
     with pytest.raises(TypeError):
-        grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(4), window_size=2.5)
+        grain.experimental.WindowShuffleMapDataset(grain.MapDataset.source(range(4)), window_size=2.5)
     with pytest.raises(TypeError):
-        grain.experimental.WindowShuffleIterDataset(grain.MapDataset.range(4), window_size=2)
+        grain.experimental.WindowShuffleIterDataset(grain.MapDataset.source(range(4)), window_size=2)
     with pytest.raises(TypeError):
         grain.experimental.WindowShuffleMapDataset(
-            grain.MapDataset.range(4).to_iter_dataset(), window_size=2
+            grain.MapDataset.source(range(4)).to_iter_dataset(), window_size=2
         )
 
 
@@ -94,7 +94,7 @@ def test_refuses_foreign_state():
     def mk(seed):
         return iter(
             grain.experimental.WindowShuffleIterDataset(
-                grain.MapDataset.range(20).to_iter_dataset(), window_size=5, seed=seed
+                grain.MapDataset.source(range(20)).to_iter_dataset(), window_size=5, seed=seed
             )
         )
 
