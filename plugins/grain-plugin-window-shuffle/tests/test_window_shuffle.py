@@ -103,29 +103,3 @@ def test_refuses_foreign_state():
     state = json.loads(json.dumps(it.get_state()))
     with pytest.raises(StateMismatchError):
         mk(2).set_state(state)
-
-
-class _Rows(grain.IterDataset):
-    """A tiny file-like IterDataset: the rows of one 'file' name."""
-
-    def __init__(self, name):
-        super().__init__()
-        self._name = name
-
-    def __iter__(self):
-        return iter(
-            grain.MapDataset.source([f"{self._name}:{i}" for i in range(7)]).to_iter_dataset()
-        )
-
-
-def test_hierarchical_shuffle_seed_004():
-    filenames = [f"f{i}" for i in range(4)]
-    dataset = grain.MapDataset.source(filenames).map(_Rows)
-    dataset = grain.experimental.WindowShuffleIterDataset(
-        grain.experimental.InterleaveIterDataset(dataset, cycle_length=len(filenames)),
-        window_size=10,
-        seed=42,
-    )
-    out = list(dataset)
-    assert sorted(out) == sorted(f"{f}:{i}" for f in filenames for i in range(7))
-    testing.assert_equal_output_after_checkpoint(dataset, checkpoints=range(29))
