@@ -86,3 +86,6 @@ WORKLOADS = [
 
 if __name__ == "__main__":
     checkpoint_latencies()
+
+
+REPORTS = [checkpoint_latencies]

@@ -1,5 +1,6 @@
 """Runs every ``benchmarks/bench_*.py`` workload on grain_core and google's grain, printing per
-workload both rates and their ratio. Usage: ``python benchmarks/run.py [-k SUBSTRING] [--json OUT]``."""
+workload both rates and their ratio, then each module's ``REPORTS`` (functions printing measurements
+that are not rates, e.g. checkpoint latencies). Usage: ``python benchmarks/run.py [-k SUBSTRING] [--json OUT]``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def main() -> None:
 
     try:
         import grain
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():  # grain's worker processes read absl flags
+            flags.FLAGS.mark_as_parsed()
     except ImportError:
         grain = None
         print("google's grain is not installed: only grain_core rates are shown.")
@@ -36,9 +41,13 @@ def main() -> None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         workloads = [w for w in module.WORKLOADS if args.k in w.name]
-        if workloads:
+        reports = [r for r in getattr(module, "REPORTS", ()) if args.k in r.__name__ or not args.k]
+        if workloads or reports:
             print(f"--- {path.stem}")
+        if workloads:
             results += run_workloads(workloads, grain_core, grain)
+        for report in reports:
+            report()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -24,7 +24,9 @@ from typing import Any
 __all__ = [
     "STATE_FORMAT_VERSION",
     "StateMismatchError",
+    "IDENTIFYING_FIELDS",
     "check_json_state",
+    "check_same_pipeline",
     "expect_state",
     "fingerprint",
     "make_state",
@@ -83,6 +85,106 @@ def expect_state(
                 "seed or structure). Restore it into the pipeline that saved it."
             )
     return state
+
+
+#: State fields that identify a pipeline rather than a position in it (see :func:`check_same_pipeline`).
+IDENTIFYING_FIELDS = frozenset(
+    {
+        "kind",
+        "fingerprint",
+        "length",
+        "seed",
+        "batch_size",
+        "counts",
+        "num_workers",
+        "num_datasets",
+        "cycle_length",
+        "window_size",
+        "path",
+        "sampler",
+        "worker_count",
+        "version",
+    }
+)
+
+
+def check_same_pipeline(
+    expected: Any,
+    state: Any,
+    *,
+    identifying: Iterable[str] = IDENTIFYING_FIELDS,
+    where: str = "state",
+) -> None:
+    """Checks that ``state`` has the *shape* of ``expected``: that both come from the same pipeline.
+
+    ``expected`` is a template, typically ``get_state()`` of a fresh, never-started iterator of the
+    pipeline; ``state`` is the state about to be restored. Both are walked together:
+
+    * dicts: every key of ``expected`` must be in ``state``; a key named in ``identifying``
+      (``kind``, ``fingerprint``, ``length``, ``seed``, ``batch_size``, ``counts``, ... by default
+      :data:`IDENTIFYING_FIELDS`) must have an equal value on both sides, and be present on both
+      sides or neither. Other keys are positions: their values are only walked into.
+    * lists of equal length are walked element by element; lists of different lengths and scalars
+      outside identifying keys are positions and are not compared.
+    * ``None`` on either side ("not started", "no open slot") matches anything.
+
+    Positions (indices, counts of elements produced, skips, flags) are never compared, so any state
+    the pipeline can produce passes. Keys only in ``state`` (besides identifying ones) are ignored.
+
+    Raises :class:`StateMismatchError` naming the first differing path (e.g.
+    ``state.workers[0].state.parent.fingerprint``) and both values, or ``TypeError`` when ``state``
+    is not a dict while ``expected`` is. Returns ``None``; nothing is modified.
+    """
+    if not isinstance(identifying, (frozenset, set)):
+        identifying = frozenset(identifying)
+    if isinstance(expected, Mapping) and not isinstance(state, Mapping):
+        raise TypeError(
+            f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
+        )
+    _walk_shape(expected, state, identifying, where)
+
+
+def _mismatch(path: str, what: str) -> StateMismatchError:
+    return StateMismatchError(
+        f"The state does not come from this pipeline: at {path}, {what}. Restore it into an "
+        "iterator of the pipeline that saved it (same data, seeds, structure and worker count)."
+    )
+
+
+def _walk_shape(expected: Any, state: Any, identifying: frozenset | set, path: str) -> None:
+    if expected is None or state is None:
+        return
+    if isinstance(expected, Mapping):
+        if not isinstance(state, Mapping):
+            raise _mismatch(
+                path, f"the state has a {type(state).__name__} where this pipeline has a dict"
+            )
+        if "kind" in expected and state.get("kind") != expected["kind"]:
+            raise _mismatch(
+                f"{path}.kind",
+                f"the state was saved by a {state.get('kind')!r} iterator where this pipeline has "
+                f"a {expected['kind']!r} iterator",
+            )
+        for key, value in expected.items():
+            sub = f"{path}.{key}"
+            if key not in state:
+                raise _mismatch(sub, "the state lacks this field (another pipeline or version)")
+            if key in identifying:
+                if state[key] != value:
+                    raise _mismatch(
+                        sub, f"the state has {state[key]!r}, this pipeline has {value!r}"
+                    )
+            else:
+                _walk_shape(value, state[key], identifying, sub)
+        for key in state:
+            if key in identifying and key not in expected:
+                raise _mismatch(
+                    f"{path}.{key}", "the state has this field, this pipeline's state does not"
+                )
+        return
+    if isinstance(expected, list) and isinstance(state, list) and len(expected) == len(state):
+        for i, (e, s) in enumerate(zip(expected, state)):
+            _walk_shape(e, s, identifying, f"{path}[{i}]")
 
 
 def check_json_state(state: Any) -> None:

@@ -4,6 +4,14 @@ background threads.
 Work is handed to threads as chunks of consecutive indices read with ``__getitems__`` (so sources
 read in bulk), never one element per task. The chunk size adapts to how long chunks take; it changes
 how work is split, never which elements come out or in what order.
+
+After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
+caller reads the first chunks itself (1, 2, 4, ... elements) until it has spent ``_COLD_SECONDS``
+reading, then hands work to the threads with a ramp (at most 1, 2, 4, ... chunks in flight, doubling
+per chunk consumed): the first elements do not wait behind a pool of threads competing for the GIL,
+and a restore followed soon by another restore wastes little work. The ramp reaches the full pool
+after a handful of chunks, so steady-state throughput is unchanged. ``start_prefetch()`` skips both
+(it asks for reading ahead at once).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from grain_core.options import DatasetOptions, ReadOptions
 _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
 _MAX_CHUNK = 1024
+_COLD_SECONDS = 0.005  # reading done by the caller itself after a (re)start
 
 
 class FilterRatioError(ValueError):
@@ -126,10 +135,14 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._len = len(ds)
         self._fingerprint = map_fingerprint(ds)
         self._next_index = 0
-        self._chunk = 8
         self._reset_buffer()
 
     def _reset_buffer(self) -> None:
+        """Forgets everything read ahead and restarts cold at ``_next_index`` (see the docstring)."""
+        self._chunk = 1
+        self._cold = True  # chunks are read by the caller, not by threads
+        self._cold_spent = 0.0  # seconds the caller spent reading since the (re)start
+        self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
         self._buffer: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._read_to = self._next_index
@@ -150,11 +163,23 @@ class PrefetchDatasetIterator(DatasetIterator):
         t1 = time.perf_counter()
         return items, t1 - t0, t1
 
-    def _adapt(self, seconds: float) -> None:
-        limit = max(1, min(_MAX_CHUNK, self._read_options.prefetch_buffer_size // 2 or 1))
+    def _adapt(self, seconds: float, pool_seconds: float) -> None:
+        """Resizes chunks from how long the last one took on its own (``seconds``) and what it cost
+        the thread pool (``pool_seconds``: at most the time since the chunk before it was done).
+
+        Threads sharing the CPU (and the GIL) make every chunk take longer the more run at once, so
+        ``seconds`` overstates what a chunk costs when threads contend; ``pool_seconds`` does not.
+        Chunks grow past ``prefetch_buffer_size // (2 * num_threads)`` only when they are fast on
+        their own, so slow (e.g. I/O-bound) reads still keep every thread busy."""
+        budget = self._read_options.prefetch_buffer_size
+        limit = max(1, min(_MAX_CHUNK, budget // 2 or 1))
         if seconds < _MIN_CHUNK_SECONDS:
             self._chunk = min(self._chunk * 2, limit)
-        elif seconds > _MAX_CHUNK_SECONDS:
+        elif pool_seconds < _MIN_CHUNK_SECONDS:
+            # At most half a thread's share of the buffer: two chunks per thread stay in flight.
+            per_thread = min(limit, budget // max(2 * self._read_options.num_threads, 1))
+            self._chunk = min(self._chunk * 2, max(self._chunk, per_thread))
+        elif pool_seconds > _MAX_CHUNK_SECONDS:
             self._chunk = max(1, self._chunk // 2)
         else:
             self._chunk = min(self._chunk, limit)
@@ -165,10 +190,18 @@ class PrefetchDatasetIterator(DatasetIterator):
         budget = max(self._read_options.prefetch_buffer_size, 1)
         in_flight = sum(stop - start for start, stop, _ in self._buffer)
         while self._read_to < self._len and (in_flight < budget or not self._buffer):
+            if self._ramp is not None and len(self._buffer) >= self._ramp:
+                break
             start = self._read_to
             stop = min(self._len, start + self._chunk)
-            if threads == 0:
-                self._buffer.append((start, stop, None))
+            if threads == 0 or self._cold:
+                # Read by the caller in _next_chunk: every chunk without threads, or the first ones
+                # after a (re)start (the caller waits for them anyway, and threads reading ahead
+                # would compete with it for the GIL). One such chunk is queued at a time.
+                if not self._buffer:
+                    self._buffer.append((start, stop, None))
+                    self._read_to = stop
+                break
             else:
                 if self._pool is None:
                     self._pool = futures.ThreadPoolExecutor(
@@ -177,8 +210,6 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._buffer.append((start, stop, self._pool.submit(self._read_chunk, start, stop)))
             self._read_to = stop
             in_flight += stop - start
-            if threads == 0:
-                break
 
     def _next_chunk(self) -> bool:
         if self._closed:
@@ -188,25 +219,27 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not self._buffer:
                 return False
         start, stop, fut = self._buffer.popleft()
+        if fut is not None and self._ramp is not None:
+            self._ramp *= 2
+            if self._ramp > 2 * self._read_options.num_threads:
+                self._ramp = None
         try:
             if fut is None:
                 items, seconds, done = self._read_chunk(start, stop)
             else:
                 items, seconds, done = fut.result()
-            # Chunks read in parallel by threads sharing the CPU (and the GIL) each take longer
-            # the more run at once, so a chunk's own duration overstates what it costs the pool.
-            # What a chunk costs is at most the time since the previous chunk was done: adapting
-            # on that keeps chunks large when contention (not the chunk's size) makes them slow,
-            # and still shrinks them when every read is slow (e.g. I/O-bound sources).
             last, self._last_done = self._last_done, done
-            if last is not None:
-                seconds = min(seconds, max(done - last, 0.0))
+            pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
         except Exception:
             # Re-read one by one so the elements before the failing one are still delivered and
             # the error surfaces at the element that caused it.
             items = _LazyChunk(self._ds, start, stop)
-            seconds = _MAX_CHUNK_SECONDS * 2
-        self._adapt(seconds)
+            seconds = pool_seconds = _MAX_CHUNK_SECONDS * 2
+        self._adapt(seconds, pool_seconds)
+        if fut is None and self._cold:
+            self._cold_spent += seconds
+            if self._cold_spent >= _COLD_SECONDS:
+                self._cold = False
         if not self._allow_nones and not isinstance(items, _LazyChunk):
             dropped = sum(1 for x in items if x is None)
             self._filter_check.record(dropped, len(items), self._options)
@@ -262,11 +295,13 @@ class PrefetchDatasetIterator(DatasetIterator):
             )
         self._cancel_pending()
         self._next_index = index
-        self._chunk = 8  # restart small: the first element after a restore comes quickly
-        self._reset_buffer()
+        self._reset_buffer()  # restart cold: the first element after a restore comes quickly
 
     def start_prefetch(self) -> None:
         if self._read_options.num_threads and not self._buffer and not self._closed:
+            # Asked to read ahead now, before the first element is wanted: fill the pool at once.
+            self._cold = False
+            self._ramp = None
             self._fill()
 
     def _cancel_pending(self) -> None:

@@ -15,7 +15,10 @@ Contract (see ``docs/runtime.md``):
   A worker has at most ``per_worker_buffer_size + 1`` messages in flight.
 * ``get_state()`` is JSON: per worker the state at the start of its current message plus how many of
   its elements were consumed, whether it is exhausted, and whose turn is next. ``set_state`` keeps the
-  workers alive and sends them the new position (no process restart).
+  workers alive and sends them the new position (no process restart). It first compares every worker
+  state with the state of that worker's fresh iterator (sent by each worker once it has built it) with
+  :func:`grain_core.state.check_same_pipeline`, so a state from another pipeline is refused at once,
+  before anything changes.
 * Failures: a worker exception is re-raised here (same type when it unpickles, with the worker's
   traceback and the output position in a note, else :class:`WorkerError`); a dead worker raises
   :class:`WorkerError` within ~0.1 s of being noticed; ``close()``, ``with``, garbage collection and
@@ -56,6 +59,7 @@ _POLL_SECONDS = 0.05
 _STOP_GRACE_SECONDS = 0.5
 _PRELOAD = ("grain_core.runtime.multiprocess", "grain_core.runtime._preload")
 _forkserver_lock = threading.Lock()
+_PENDING = object()  # a worker's template state not received yet
 
 
 class WorkerError(RuntimeError):
@@ -281,6 +285,9 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         self._exhausted = [False] * k
         self._next = 0
         self._position = 0
+        # Each worker's fresh-iterator state, sent once it has built its iterator: what set_state
+        # compares a state's worker entries with (None: unavailable, e.g. the worker failed).
+        self._templates: list[Any] = [_PENDING] * k
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -288,7 +295,10 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         if self._started:
             return
         self._started = True
-        for i, conn in enumerate(self._conns):
+        k = self._k
+        # The worker whose element comes next is told first.
+        for i in [(self._next + j) % k for j in range(k)]:
+            conn = self._conns[i]
             if self._exhausted[i]:
                 msg: tuple = ("idle", self._gen)
             else:
@@ -331,6 +341,9 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         while True:
             msg = self._recv(i)
             kind, gen = msg[0], msg[1]
+            if kind == "template":
+                self._templates[i] = msg[2]
+                continue
             if gen != self._gen:
                 if kind == "data":
                     shm.discard(msg[3])
@@ -438,6 +451,13 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
                 raise _state.StateMismatchError(f"Malformed worker entry in the state: {w!r}")
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        for i, w in enumerate(workers):
+            wstate = w.get("state")
+            if wstate is None:
+                continue
+            template = self._template(i)
+            if template is not None:
+                _state.check_same_pipeline(template, wstate, where=f"state.workers[{i}].state")
         self._gen += 1
         self._started = False
         self._error = None
@@ -448,6 +468,24 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
             self._exhausted[i] = bool(w.get("exhausted", False))
         self._next = nxt
         self._position = int(state.get("position", 0))
+
+    def _template(self, i: int) -> Any:
+        """Worker ``i``'s fresh-iterator state (its first message), waiting for it if needed; None
+        if the worker cannot give one (it failed to build its pipeline, or died: reported later)."""
+        if self._templates[i] is _PENDING:
+            conn, proc = self._conns[i], self._procs[i]
+            try:
+                while self._templates[i] is _PENDING and not self._closed:
+                    if conn.poll(_POLL_SECONDS):
+                        msg = conn.recv()
+                        # The template is the first message a worker sends.
+                        self._templates[i] = msg[2] if msg[0] == "template" else None
+                    elif not proc.is_alive():
+                        self._templates[i] = None
+            except (EOFError, OSError):
+                self._templates[i] = None
+        t = self._templates[i]
+        return None if t is _PENDING else t
 
     # --- lifetime -----------------------------------------------------------------------------------
 
@@ -523,6 +561,7 @@ class _WorkerLoop:
         self.writer = shm.MessageWriter(prefix)
         self.it: DatasetIterator | None = None
         self.initial: Any = None
+        self.fresh = True  # the iterator has not produced anything yet
         self.setup_error: BaseException | None = None
         self.setup_tb = ""
         self.stats = [0, 0.0]  # elements, seconds producing
@@ -535,6 +574,7 @@ class _WorkerLoop:
             self.ds, init_fn = cloudpickle.loads(payload)
             if init_fn is not None:
                 init_fn(index, count)
+            self._build()
         except Exception as e:
             self.setup_error = e
             self.setup_tb = traceback.format_exc()
@@ -542,24 +582,30 @@ class _WorkerLoop:
     def _send_error(self, gen: int, e: BaseException, tb: str) -> None:
         self.conn.send(("error", gen, _pickle_exception(e), tb))
 
-    def _restart(self, state: Any, skip: int) -> None:
+    def _build(self) -> None:
+        """Builds this worker's iterator (no element is read: kernel iterators start their threads
+        at the first element) and records its fresh state, the template ``set_state`` checks."""
         from grain_core.dataset import PrefetchDatasetIterator, iterator_tree
 
-        if self.it is None:
-            it = iter(self.ds)
-            for node in iterator_tree(it):
-                if isinstance(node, PrefetchDatasetIterator):
-                    node.set_slice(slice(self.index, None, self.count))
-            self.it = it
-            self.initial = it.get_state()
-            if state is None and skip == 0:
-                return
+        it = iter(self.ds)
+        for node in iterator_tree(it):
+            if isinstance(node, PrefetchDatasetIterator):
+                node.set_slice(slice(self.index, None, self.count))
+        self.it = it
+        self.initial = it.get_state()
+
+    def _restart(self, state: Any, skip: int) -> None:
+        assert self.it is not None
+        if self.fresh and state is None and skip == 0:
+            return
+        self.fresh = False
         self.it.set_state(self.initial if state is None else state)
         for _ in range(skip):
             next(self.it)
 
     def run(self) -> None:
         conn = self.conn
+        conn.send(("template", -1, None if self.setup_error is not None else self.initial))
         gen, credits, producing, limit = -1, 0, False, 1
         while True:
             while not producing or credits <= 0 or conn.poll():
@@ -590,6 +636,7 @@ class _WorkerLoop:
     def _produce(self, gen: int, limit: int) -> tuple[bool, int]:
         it, writer = self.it, self.writer
         assert it is not None
+        self.fresh = False
         wstate = it.get_state()
         t0 = time.perf_counter()
         outcome: BaseException | str | None = None

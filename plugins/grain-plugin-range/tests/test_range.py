@@ -4,11 +4,11 @@ import subprocess
 import sys
 
 import pytest
+from grain_plugin_range import RangeDataSource
 
 import grain_core as grain
 from grain_core import testing
 from grain_core.plugins import list_plugins
-from grain_plugin_range import RangeDataSource
 
 
 @pytest.mark.parametrize(
