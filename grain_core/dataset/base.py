@@ -159,9 +159,23 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
     def __len__(self) -> int:
         """Length of one epoch."""
 
-    @abc.abstractmethod
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        # Grain-style subclasses implement __getitem__ directly; route the kernel's calls to it.
+        if "__getitem__" in cls.__dict__ and "_getitem" not in cls.__dict__:
+            user_getitem = cls.__dict__["__getitem__"]
+
+            def _getitem(self, index: int, _get=user_getitem):
+                return _get(self, index)
+
+            cls._getitem = _getitem  # type: ignore[method-assign]
+
     def _getitem(self, index: int) -> T | None:
-        """Returns the element at a non-negative ``index`` (past ``len`` means a later epoch)."""
+        """Returns the element at a non-negative ``index`` (past ``len`` means a later epoch).
+
+        Subclasses implement this (or, Grain-style, ``__getitem__`` for ints, which is then used).
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements neither _getitem nor __getitem__.")
 
     def __getitem__(self, index):
         if isinstance(index, slice):
