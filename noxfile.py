@@ -21,7 +21,13 @@ EXAMPLE_PLUGIN = ROOT / "examples" / "grain-plugin-example"
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "tests", *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS), "integration"]
+nox.options.sessions = [
+    "lint",
+    "tests",
+    *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS),
+    "example-plugin",
+    "integration",
+]
 
 PYTEST = ["pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
 
