@@ -19,6 +19,7 @@ iterator-side batching (after a ``Filter`` or ``FlatMap``) happens per worker, a
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -32,12 +33,37 @@ from grain_core.dataset.map_ops import source_identity
 from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.sharding import ShardOptions
 
-__all__ = ["DataLoader", "DataLoaderIterator"]
+__all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
 
 _TRANSFORMS = (tr.Map, tr.RandomMap, tr.MapWithIndex, tr.Filter, tr.FlatMap, tr.Batch)
 _MAP, _RANDOM, _INDEX, _FILTER = range(4)
 _STATE_KIND = "DataLoaderIterator"
 _STATE_VERSION = 1
+
+#: The most read threads the default ``ReadOptions`` of a ``DataLoader`` gives one process.
+MAX_DEFAULT_READ_THREADS = 16
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_read_options(worker_count: int = 0) -> ReadOptions:
+    """The ``ReadOptions`` a ``DataLoader`` uses when given none.
+
+    Each process that reads (the main one, or each of ``worker_count`` workers) gets
+    ``max(1, min(16, cpus // max(1, worker_count)))`` threads, where ``cpus`` is the number of CPUs
+    this process may run on: Grain's fixed 16 threads per worker oversubscribe small machines
+    (2 workers x 16 threads on 2 cores). Pass ``read_options=ReadOptions(num_threads=...)`` for
+    I/O-bound sources that profit from more threads than cores. The prefetch buffer stays at
+    ``ReadOptions``' default. The element order never depends on the thread count.
+    """
+    cpus = _available_cpus()
+    threads = max(1, min(MAX_DEFAULT_READ_THREADS, cpus // max(1, worker_count)))
+    return ReadOptions(num_threads=threads)
 
 
 def _sampler_len(sampler: Any) -> int:
@@ -190,7 +216,8 @@ class DataLoader:
       worker_buffer_size: elements each worker may hold ahead of the consumer.
       shard_options: shard the sampler's stream here instead (every ``shard_count``-th position,
         starting at ``shard_index``); only with an unsharded sampler.
-      read_options: threads and read-ahead of each process (``ReadOptions()`` by default).
+      read_options: threads and read-ahead of each process; by default
+        :func:`default_read_options` (at most 16 threads per process, fewer on small machines).
       enable_profiling: log per-worker timings.
     """
 
@@ -229,7 +256,7 @@ class DataLoader:
             enable_profiling=bool(enable_profiling),
         )
         if read_options is None:
-            read_options = ReadOptions()
+            read_options = default_read_options(self._mp_options.num_workers)
         if not isinstance(read_options, ReadOptions):
             raise TypeError(f"read_options must be a ReadOptions, got {type(read_options).__name__}.")
         if shard_options is not None and not isinstance(shard_options, ShardOptions):
@@ -440,7 +467,16 @@ class DataLoaderIterator:
         )
         if self._it is None:
             self._open()
-        self._it.set_state(state["iterator"])
+        saved_workers = state.get("worker_count")
+        try:
+            self._it.set_state(state["iterator"])
+        except _state.StateMismatchError as e:
+            if saved_workers == self._loader.worker_count:
+                raise
+            raise _state.StateMismatchError(
+                f"This state was saved by a DataLoader with worker_count={saved_workers}, and cannot "
+                f"be restored into one with worker_count={self._loader.worker_count}: {e}"
+            ) from e
 
     def close(self) -> None:
         """Stops workers and threads and exits the data source's context. Idempotent."""

@@ -11,16 +11,9 @@ from __future__ import annotations
 import dataclasses
 import operator
 
+from grain_core.validation import check_int
+
 __all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "shard_bounds"]
-
-
-def _int(owner: str, name: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{owner}.{name} must be an int, got bool.")
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{owner}.{name} must be an int, got {type(value).__name__}.") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +33,8 @@ class ShardOptions:
 
     def __post_init__(self):
         owner = type(self).__name__
-        index = _int(owner, "shard_index", self.shard_index)
-        count = _int(owner, "shard_count", self.shard_count)
-        if count <= 0:
-            raise ValueError(f"{owner}.shard_count must be a positive int, got {count}.")
+        index = check_int(self.shard_index, f"{owner}.shard_index", minimum=None)
+        count = check_int(self.shard_count, f"{owner}.shard_count", minimum=1)
         if not 0 <= index < count:
             raise ValueError(
                 f"{owner}.shard_index must be in [0, shard_count={count}), got {index}."

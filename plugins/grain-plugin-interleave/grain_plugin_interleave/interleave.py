@@ -1,23 +1,30 @@
 """``InterleaveIterDataset``: round-robin over ``cycle_length`` open iterators of many datasets.
 
 The order is Grain's: slots ``0 .. cycle_length-1`` take turns yielding one element each. A slot
-with no iterator opens the next unopened dataset; a slot whose iterator is exhausted is refilled with
-the next unopened dataset at once (in the same turn); once every dataset is opened, empty slots are
-skipped, and iteration ends when all slots are empty. With ``cycle_length=2`` over ``[range(3),
-range(10, 14)]`` the output is ``[0, 10, 1, 11, 2, 12, 13]``.
+with no iterator opens the next unopened dataset and reads from it in the same turn; a slot whose
+iterator is exhausted is emptied and the turn passes on (the slot opens the next dataset when its
+turn comes round again). Once every dataset is opened, empty slots are skipped, and iteration ends
+when all slots are empty. With ``cycle_length=2`` over ``[range(3), range(10, 14)]`` the output is
+``[0, 10, 1, 11, 2, 12, 13]``; over ``[range(2), range(10, 13), range(20, 21)]`` it is
+``[0, 10, 1, 11, 12, 20]``.
 
 Background work (off by default; neither changes the order nor the states):
 
 * ``num_make_iter_threads > 0``: the next ``make_iter_buffer_size`` datasets' iterators are created
   ahead in that many threads (useful when opening a file is slow).
 * ``iter_buffer_size > 0``: every open iterator is read ahead in its own thread into a queue of that
-  many elements, each stored with the iterator state after it, so checkpoints stay exact.
+  many elements, each stored with the iterator state after it, so checkpoints stay exact. Errors
+  raised by a dataset are re-raised in the consumer.
+
+``close()`` stops every thread; an iterator garbage collected without ``close()`` is cleaned up by a
+``weakref.finalize`` the same way.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -28,7 +35,22 @@ from grain_core.validation import check_int
 
 __all__ = ["InterleaveIterDataset"]
 
-_END = object()
+
+
+class _End:
+    """Queued by a reader thread when its iterator is exhausted."""
+
+
+class _Failed:
+    """Queued by a reader thread when its iterator raised; the consumer re-raises ``error``."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+_END = _End()
 
 
 def _non_negative(value: Any, name: str, positive: bool = False) -> int:
@@ -104,7 +126,11 @@ class InterleaveIterDataset(grain.IterDataset):
 
 
 class _Reader:
-    """Reads an iterator ahead in a thread, queueing ``(element, state after it)`` pairs."""
+    """Reads an iterator ahead in a thread, queueing ``(element, state after it)`` pairs.
+
+    The end of the iterator and errors are queued as ``_End`` / ``_Failed`` objects, which no
+    element can be mistaken for. ``stop()`` ends the thread and joins it.
+    """
 
     def __init__(self, it: grain.DatasetIterator, size: int):
         self._it = it
@@ -134,15 +160,15 @@ class _Reader:
                 if not self._put((x, it.get_state())):
                     return
         except BaseException as e:  # re-raised in the consumer
-            self._put(("error", e))
+            self._put(_Failed(e))
 
-    def get(self) -> Any:
+    def get(self) -> tuple[Any, Any]:
         item = self._queue.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._queue.put(_END)
             raise StopIteration
-        if item[0] == "error":
-            raise item[1]
+        if isinstance(item, _Failed):
+            raise item.error
         return item
 
     def stop(self) -> None:
@@ -180,49 +206,76 @@ class _Slot:
         self.it.close()
 
 
+class _Resources:
+    """What an interleave iterator holds open: its slots, iterators opened ahead and the thread pool.
+
+    Kept apart from the iterator so that a ``weakref.finalize`` can release them (stop reader
+    threads, close iterators, shut the pool down) when the iterator is garbage collected unclosed.
+    """
+
+    def __init__(self, cycle: int):
+        self.slots: list[_Slot | None] = [None] * cycle
+        self.pending: dict[int, Future] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def drop_pending(self) -> None:
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            try:
+                fut.result().close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        for i, s in enumerate(self.slots):
+            if s is not None:
+                self.slots[i] = None
+                s.close()
+        self.drop_pending()
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            pool.shutdown(wait=True)
+
+
 class _InterleaveIterator(grain.DatasetIterator):
     kind = "InterleaveIterDataset"
 
     def __init__(self, ds: InterleaveIterDataset):
         super().__init__()
         self._ds = ds
-        self._slots: list[_Slot | None] = [None] * ds._cycle
+        self._res = _Resources(ds._cycle)
         self._next_ds = 0
         self._turn = 0
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: dict[int, Future] = {}
+        # Stops reader threads and closes open iterators if this iterator is dropped unclosed.
+        self._finalizer = weakref.finalize(self, self._res.close)
+
+    @property
+    def _slots(self) -> list[_Slot | None]:
+        return self._res.slots
 
     # --- opening iterators, possibly ahead ---------------------------------------------------------
 
     def _prefetch_opens(self) -> None:
-        ds = self._ds
+        ds, res = self._ds, self._res
         if not ds._make_threads:
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(ds._make_threads, thread_name_prefix="interleave-open")
+        if res.pool is None:
+            res.pool = ThreadPoolExecutor(ds._make_threads, thread_name_prefix="interleave-open")
         for i in range(self._next_ds, min(ds._n, self._next_ds + ds._make_buffer)):
-            if i not in self._pending:
-                self._pending[i] = self._pool.submit(ds._open, i)
+            if i not in res.pending:
+                res.pending[i] = res.pool.submit(ds._open, i)
 
     def _open(self, index: int) -> grain.DatasetIterator:
-        fut = self._pending.pop(index, None)
+        fut = self._res.pending.pop(index, None)
         it = fut.result() if fut is not None else self._ds._open(index)
         if self._options is not None:
             it._apply_options(self._options)
         return it
 
-    def _drop_pending(self) -> None:
-        for fut in self._pending.values():
-            try:
-                fut.result().close()
-            except Exception:
-                pass
-        self._pending.clear()
-
     # --- iteration --------------------------------------------------------------------------------
 
     def __next__(self):
-        slots, cycle, n = self._slots, self._ds._cycle, self._ds._n
+        slots, cycle, n = self._res.slots, self._ds._cycle, self._ds._n
         buffer = self._ds._iter_buffer
         while True:
             turn = self._turn
@@ -231,8 +284,11 @@ class _InterleaveIterator(grain.DatasetIterator):
                 try:
                     x = slot.next(buffer)
                 except StopIteration:
-                    slot.close()
+                    # As in Grain: the slot is emptied and the turn passes on; the slot opens the
+                    # next dataset only when its turn comes round again.
                     slots[turn] = None
+                    slot.close()
+                    self._turn = turn + 1 if turn + 1 < cycle else 0
                     continue
                 self._turn = turn + 1 if turn + 1 < cycle else 0
                 return x
@@ -255,7 +311,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             turn=self._turn,
             open=[
                 None if s is None else {"dataset": s.index, "state": s.get_state()}
-                for s in self._slots
+                for s in self._res.slots
             ],
         )
 
@@ -269,9 +325,19 @@ class _InterleaveIterator(grain.DatasetIterator):
             cycle_length=ds._cycle,
         )
         opened = state["open"]
-        if len(opened) != ds._cycle:
+        next_ds, turn = state["next_dataset"], state["turn"]
+        if (
+            not isinstance(opened, list)
+            or len(opened) != ds._cycle
+            or not isinstance(next_ds, int)
+            or not 0 <= next_ds <= ds._n
+            or not isinstance(turn, int)
+            or not 0 <= turn < ds._cycle
+        ):
             raise _state.StateMismatchError(
-                f"InterleaveIterDataset state has {len(opened)} slots, this pipeline has {ds._cycle}."
+                f"InterleaveIterDataset state (open={len(opened) if isinstance(opened, list) else opened!r} "
+                f"slots, next_dataset={next_ds!r}, turn={turn!r}) does not fit this pipeline of "
+                f"{ds._n} datasets with cycle_length={ds._cycle}."
             )
         new: list[_Slot | None] = []
         try:
@@ -279,7 +345,12 @@ class _InterleaveIterator(grain.DatasetIterator):
                 if entry is None:
                     new.append(None)
                     continue
-                index = int(entry["dataset"])
+                index = entry["dataset"]
+                if not isinstance(index, int) or not 0 <= index < next_ds:
+                    raise _state.StateMismatchError(
+                        f"InterleaveIterDataset state has dataset {index!r} open, but only datasets "
+                        f"below next_dataset={next_ds} can be: the state was altered."
+                    )
                 it = ds._open(index)
                 if self._options is not None:
                     it._apply_options(self._options)
@@ -290,13 +361,14 @@ class _InterleaveIterator(grain.DatasetIterator):
                 if s is not None:
                     s.close()
             raise
-        for s in self._slots:
+        res = self._res
+        for s in res.slots:
             if s is not None:
                 s.close()
-        self._drop_pending()
-        self._slots = new
-        self._next_ds = int(state["next_dataset"])
-        self._turn = int(state["turn"])
+        res.drop_pending()
+        res.slots[:] = new
+        self._next_ds = next_ds
+        self._turn = turn
         self._prefetch_opens()
 
     def start_prefetch(self) -> None:
@@ -304,16 +376,10 @@ class _InterleaveIterator(grain.DatasetIterator):
 
     def _apply_options(self, options):
         super()._apply_options(options)
-        for s in self._slots:
+        for s in self._res.slots:
             if s is not None:
                 s.it._apply_options(options)
 
     def close(self) -> None:
-        for i, s in enumerate(self._slots):
-            if s is not None:
-                s.close()
-                self._slots[i] = None
-        self._drop_pending()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Stops every reader thread, closes the open iterators and the opening pool. Idempotent."""
+        self._res.close()

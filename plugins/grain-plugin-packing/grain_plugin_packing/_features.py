@@ -111,11 +111,16 @@ class FeatureSpec:
             self.trailing = [a.shape[1:] for a in out]
             self.dtypes = [a.dtype for a in out]
         else:
-            for p, a, t in zip(self.paths, out, self.trailing):
+            for p, a, t, dt in zip(self.paths, out, self.trailing, self.dtypes):
                 if a.shape[1:] != t:
                     raise ValueError(
                         f"{self.owner}: feature {path_name(p)!r} has trailing shape {a.shape[1:]}, "
                         f"earlier elements had {t}."
+                    )
+                if a.dtype != dt and not np.can_cast(a.dtype, dt, "same_kind"):
+                    raise ValueError(
+                        f"{self.owner}: feature {path_name(p)!r} has dtype {a.dtype}, but earlier "
+                        f"elements had {dt}; packing it would change its values. Cast it upstream."
                     )
         return out
 

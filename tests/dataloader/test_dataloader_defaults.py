@@ -1,0 +1,55 @@
+"""DataLoader defaults and restore refusals that need no worker runtime beyond ``has_runtime``."""
+
+from __future__ import annotations
+
+import pytest
+
+import grain_core as grain
+from grain_core import data_loader
+from grain_core.state import StateMismatchError
+
+
+def _loader(workers=0, **kw):
+    return grain.DataLoader(
+        data_source=list(range(20)),
+        sampler=grain.IndexSampler(20, shuffle=True, seed=1),
+        worker_count=workers,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    "cpus,workers,threads", [(1, 0, 1), (2, 0, 2), (2, 2, 1), (2, 8, 1), (64, 0, 16), (64, 4, 16), (32, 4, 8)]
+)
+def test_default_read_threads_follow_the_machine(monkeypatch, cpus, workers, threads):
+    monkeypatch.setattr(data_loader, "_available_cpus", lambda: cpus)
+    opts = data_loader.default_read_options(workers)
+    assert opts.num_threads == threads
+    assert opts.prefetch_buffer_size == grain.ReadOptions().prefetch_buffer_size
+    if workers == 0:
+        assert _loader().read_options.num_threads == threads
+
+
+def test_explicit_read_options_win():
+    opts = grain.ReadOptions(num_threads=3, prefetch_buffer_size=7)
+    assert _loader(read_options=opts).read_options is opts
+
+
+def test_restoring_a_worker_state_without_workers_names_the_worker_counts(has_runtime):
+    it = iter(_loader(workers=2))
+    next(it)
+    state = it.get_state()
+    it.close()
+    fresh = iter(_loader(workers=0))
+    with pytest.raises(StateMismatchError, match="worker_count=2.*worker_count=0"):
+        fresh.set_state(state)
+    fresh.close()
+
+
+def test_shard_options_reuse_check_int():
+    with pytest.raises(TypeError, match="ShardOptions.shard_index must be an int, got str"):
+        grain.ShardOptions("0", 2)
+    with pytest.raises(ValueError, match="ShardOptions.shard_count must be a positive int, got 0"):
+        grain.ShardOptions(0, 0)
+    with pytest.raises(ValueError, match="shard_index must be in"):
+        grain.ShardOptions(-1, 2)
