@@ -1,4 +1,5 @@
-"""Issue 4 workloads: ArrayRecord random access and Parquet iteration, against google's grain."""
+"""Issue 4 workloads: ArrayRecord random access, Parquet iteration and (grain_core only) Parquet
+random access, against google's grain."""
 
 from __future__ import annotations
 
@@ -106,7 +107,19 @@ def _pq_setup():
 def _pq_pipeline(lib, paths):
     ds = lib.MapDataset.source(paths).map(lib.experimental.ParquetIterDataset)
     interleave = getattr(lib.experimental, "InterleaveIterDataset", None)
+    if interleave is None:
+        raise NotImplementedError(f"{lib.__name__} has no experimental.InterleaveIterDataset")
     return interleave(ds, cycle_length=4)
+
+
+def _pq_random_access_pipeline(lib, paths):
+    """ParquetDataSource (grain_core only; grain reports n/a) globally shuffled, batched.
+
+    Shuffling across 40 row groups of 5k rows with the default 256 MiB cache: every row group is
+    decoded once and served from the cache afterwards; ``__getitems__`` groups each chunk's
+    indices by row group."""
+    src = lib.sources.ParquetDataSource(paths, columns=["id", "x", "label"])
+    return lib.MapDataset.source(src).shuffle(seed=0).batch(64).to_iter_dataset()
 
 
 def _pq_chain_pipeline(lib, paths):
@@ -140,6 +153,14 @@ WORKLOADS = [
         _pq_pipeline,
         unit="rows",
         target=5,
+        setup=_pq_setup,
+        references={"pyarrow read_table().to_pylist()": _pq_reference},
+    ),
+    Workload(
+        "Parquet 8x25k rows ParquetDataSource shuffle.batch(64) to_iter",
+        _pq_random_access_pipeline,
+        count=lambda batch: len(batch["id"]),
+        unit="rows",
         setup=_pq_setup,
         references={"pyarrow read_table().to_pylist()": _pq_reference},
     ),

@@ -104,11 +104,24 @@ def _leaf_op(op: str, np_fn: Callable[[Sequence[Any]], np.ndarray], elements: Se
         raise
 
 
+def _stack_leaves(leaves: Sequence[Any]) -> np.ndarray:
+    if isinstance(leaves[0], bytes):
+        # A fixed-width bytes dtype would drop trailing NUL bytes: keep the exact objects.
+        out = np.empty(len(leaves), dtype=object)
+        out[:] = list(leaves)
+        return out
+    return np.stack(leaves)
+
+
 def stack(elements: Sequence[Any]) -> Any:
-    """Stacks a sequence of same-structured PyTrees along a new leading axis, leafwise."""
+    """Stacks a sequence of same-structured PyTrees along a new leading axis, leafwise.
+
+    Array and number leaves become arrays with one more leading axis; ``bytes`` leaves become 1-D
+    object arrays holding the exact ``bytes`` objects.
+    """
     if not elements:
         raise ValueError("Cannot stack an empty sequence of elements.")
-    return _leaf_op("stack", np.stack, elements)
+    return _leaf_op("stack", _stack_leaves, elements)
 
 
 def concatenate(elements: Sequence[Any]) -> Any:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-__all__ = ["check_int"]
+import numpy as np
+
+__all__ = ["check_indices", "check_int"]
 
 
 def check_int(value: Any, what: str, *, minimum: int | None = 0) -> int:
@@ -24,3 +26,29 @@ def check_int(value: Any, what: str, *, minimum: int | None = 0) -> int:
         bound = "a positive int" if minimum == 1 else f">= {minimum}"
         raise ValueError(f"{what} must be {bound}, got {v}.")
     return v
+
+
+def check_indices(record_keys: Any, length: int, owner: str) -> np.ndarray:
+    """Returns ``record_keys`` as a 1-D int64 array of indices in ``[0, length)``.
+
+    Negative keys count from the end, as for a list. This is the check a source's
+    ``__getitems__`` makes before reading. Raises ``TypeError`` for a scalar, a non-1-D or
+    non-integer key array (floats are refused, never truncated) and ``IndexError`` naming
+    ``owner`` and ``length`` for a key out of range.
+    """
+    keys = np.asarray(record_keys)
+    if keys.ndim != 1:
+        got = "a scalar" if keys.ndim == 0 else f"shape {keys.shape}"
+        raise TypeError(f"{owner}.__getitems__ expects a 1-D sequence of indices, got {got}.")
+    if keys.size == 0:
+        return np.zeros(0, np.int64)
+    if keys.dtype.kind not in "iu":
+        if keys.dtype.kind != "O":  # "O": Python ints beyond int64, or mixed objects
+            raise TypeError(f"{owner} indices must be integers, got dtype {keys.dtype}.")
+        keys = np.asarray([operator.index(k) for k in keys.tolist()], dtype=object)
+    lo, hi = keys.min(), keys.max()
+    if lo < -length or hi >= length:
+        bad = hi if hi >= length else lo
+        raise IndexError(f"index {int(bad)} out of range for {owner} of length {length}.")
+    keys = keys.astype(np.int64, copy=False)
+    return np.where(keys < 0, keys + length, keys) if lo < 0 else keys

@@ -167,3 +167,11 @@ def test_batch_pytree():
 def test_batch_fn():
     ds = MapDataset.range(6).batch(3, batch_fn=lambda xs: sum(xs))
     assert list(ds) == [3, 12]
+
+
+def test_batch_of_bytes_keeps_every_byte():
+    records = [b"ab\x00", b"\x00\x00", b"c"]
+    batch = MapDataset.source(records).batch(3)[0]
+    assert batch.dtype == object and batch.tolist() == records
+    nested = MapDataset.source([{"r": r} for r in records]).to_iter_dataset().batch(2)
+    assert [b["r"].tolist() for b in nested] == [records[:2], records[2:]]

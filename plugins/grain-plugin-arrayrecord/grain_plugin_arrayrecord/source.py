@@ -9,20 +9,22 @@ unpickled copy (e.g. in a worker process) reopens what it reads.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
 import operator
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, SupportsIndex, runtime_checkable
 
 import numpy as np
 
 import grain_core as grain
+from grain_core.validation import check_indices, check_int
 
-__all__ = ["ArrayRecordDataSource", "FileInstruction"]
+__all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike"]
 
 # Random reads want no readahead; the caller's options override these.
 _DEFAULT_READER_OPTIONS = {"readahead_buffer_size": "0"}
@@ -40,28 +42,45 @@ class FileInstruction:
     examples_in_shard: int = -1
 
     def __post_init__(self):
-        for name in ("skip", "take", "examples_in_shard"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"FileInstruction.{name} must be an int, got {type(v).__name__}.")
-            object.__setattr__(self, name, int(v))
+        if not isinstance(self.filename, (str, os.PathLike)):
+            raise TypeError(
+                "FileInstruction.filename must be a str or os.PathLike, got "
+                f"{type(self.filename).__name__}."
+            )
         object.__setattr__(self, "filename", os.fspath(self.filename))
+        for name in ("skip", "take", "examples_in_shard"):
+            value = check_int(getattr(self, name), f"FileInstruction.{name}", minimum=None)
+            object.__setattr__(self, name, value)
         if self.examples_in_shard < 0:
             raise ValueError(
-                f"FileInstruction for {self.filename!r}: examples_in_shard must be given (>= 0)."
+                f"FileInstruction for {self.filename!r}: examples_in_shard must be given (>= 0), "
+                f"got {self.examples_in_shard}."
             )
         if self.take == -1:
             object.__setattr__(self, "take", max(self.examples_in_shard - self.skip, 0))
         if self.skip < 0 or self.take < 0:
             raise ValueError(
                 f"FileInstruction for {self.filename!r}: skip={self.skip} and take={self.take} must "
-                "be non-negative."
+                "be non-negative (take=-1 means up to the end of the shard)."
             )
         if self.skip + self.take > self.examples_in_shard:
             raise ValueError(
                 f"FileInstruction for {self.filename!r}: skip ({self.skip}) + take ({self.take}) = "
                 f"{self.skip + self.take} exceeds examples_in_shard ({self.examples_in_shard})."
             )
+
+
+@runtime_checkable
+class FileInstructionLike(Protocol):
+    """Anything with TFDS's file-instruction fields (e.g. ``tfds``'s own ``FileInstruction``)."""
+
+    filename: str
+    skip: int
+    take: int
+    examples_in_shard: int
+
+
+PathOrInstruction = str | os.PathLike | FileInstructionLike
 
 
 def _is_instruction(obj: Any) -> bool:
@@ -86,12 +105,36 @@ def _expand(path: str) -> list[str]:
 
 
 def _options_string(reader_options: Mapping[str, Any] | str | None) -> str:
-    if isinstance(reader_options, str):
-        user = dict(
-            kv.split(":", 1) for kv in reader_options.split(",") if kv.strip() and ":" in kv
-        )
+    """Merges ``reader_options`` (a mapping or the reader's ``"key:value,..."`` string) over the
+    defaults into the reader's options string. Raises ``TypeError`` / ``ValueError`` on bad input."""
+    if reader_options is None:
+        user: dict[str, str] = {}
+    elif isinstance(reader_options, str):
+        user = {}
+        for kv in reader_options.split(","):
+            if not kv.strip():
+                continue
+            if ":" not in kv:
+                raise ValueError(
+                    f"ArrayRecordDataSource: bad reader_options entry {kv.strip()!r} in "
+                    f"{reader_options!r}; expected 'key:value,...'."
+                )
+            k, v = kv.split(":", 1)
+            user[k.strip()] = v.strip()
+    elif isinstance(reader_options, Mapping):
+        user = {}
+        for k, v in reader_options.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise TypeError(
+                    "ArrayRecordDataSource: reader_options must map option names (str) to str, int "
+                    f"or float values, got {k!r}: {type(v).__name__}."
+                )
+            user[k] = str(v)
     else:
-        user = {str(k): str(v) for k, v in (reader_options or {}).items()}
+        raise TypeError(
+            "ArrayRecordDataSource: reader_options must be a dict, a 'key:value,...' string or None, "
+            f"got {type(reader_options).__name__}."
+        )
     merged = {**_DEFAULT_READER_OPTIONS, **user}
     return ",".join(f"{k}:{v}" for k, v in merged.items())
 
@@ -104,7 +147,9 @@ def _open_reader(path: str, options: str):
     try:
         reader = ArrayRecordReader(path, options)
     except ValueError as e:
-        raise ValueError(f"ArrayRecordDataSource: bad reader_options {options!r}: {e}") from e
+        raise ValueError(
+            f"ArrayRecordDataSource: cannot open {path!r} with reader_options {options!r}: {e}"
+        ) from e
     except Exception as e:
         raise OSError(f"ArrayRecordDataSource: cannot open {path!r}: {e}") from e
     if not reader.ok():
@@ -129,9 +174,28 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
       reader_options: ArrayRecord reader options, e.g. ``{"index_storage_option": "in_memory"}``
         (a dict, or the reader's own ``"key:value,..."`` string). ``readahead_buffer_size`` defaults
         to ``0`` (best for random access).
+
+    Contract: ``len`` is the total of the files' (or instructions') record counts, counted lazily on
+    first use; ``source[i]`` returns record ``i``'s bytes (negative ``i`` counts from the end);
+    ``__getitems__(indices)`` makes one ``ArrayRecordReader.read`` call per file and returns the
+    records in the order asked. Out-of-range indices raise ``IndexError`` naming the length. Reads
+    are thread-safe; ``close()`` (or leaving a ``with`` block) closes the readers after the reads in
+    flight, and later reads reopen them. Pickling carries the paths, options and index, never a
+    reader. ``repr`` lists the files with their record counts and a digest of them, identical in
+    every process.
+
+    Raises:
+      TypeError: ``paths`` or ``reader_options`` of the wrong type.
+      FileNotFoundError: a missing file, or a pattern matching nothing (naming it).
+      ValueError: a file that is not ArrayRecord (on first use, naming it), bad reader options, or a
+        ``FileInstruction`` whose ``skip + take`` exceeds ``examples_in_shard``.
     """
 
-    def __init__(self, paths: Any, reader_options: Mapping[str, Any] | str | None = None):
+    def __init__(
+        self,
+        paths: PathOrInstruction | Sequence[PathOrInstruction],
+        reader_options: Mapping[str, Any] | str | None = None,
+    ):
         if isinstance(paths, (str, os.PathLike)) or _is_instruction(paths):
             paths = [paths]
         try:
@@ -182,6 +246,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         self._lock = threading.Condition(threading.Lock())
         self._readers: list[Any] = [None] * len(self._files)
         self._users: dict[Any, int] = {}  # reader -> reads in flight on it
+        self._index_lock = threading.Lock()
         if not hasattr(self, "_starts"):
             self._starts = None  # np.ndarray of file start offsets, built lazily
             self._ends = None
@@ -189,7 +254,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("_lock", "_readers", "_users"):
+        for k in ("_lock", "_readers", "_users", "_index_lock"):
             state.pop(k, None)
         return state
 
@@ -197,22 +262,12 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         self.__dict__.update(state)
         self._init_runtime()
 
-    def _reader(self, f: int):
-        r = self._readers[f]
-        if r is None:
-            with self._lock:
-                r = self._readers[f]
-                if r is None:
-                    r = _open_reader(self._files[f], self._options)
-                    self._readers[f] = r
-        return r
-
-    def _read(self, f: int, local: list[int]) -> list[bytes]:
-        """``read(local)`` on file ``f``'s shared reader, without holding a lock while reading.
-
+    @contextlib.contextmanager
+    def _using(self, f: int) -> Iterator[Any]:
+        """Yields file ``f``'s shared reader (opened if need be), counted as in use so that
+        ``close()`` waits for it. No lock is held while the caller uses the reader:
         ``ArrayRecordReader.read(indices)`` is safe to call from several threads at once on one
-        reader and releases the GIL while it reads, so threads read in parallel. ``close()`` waits
-        for the reads in flight on a reader before closing it."""
+        reader and releases the GIL while it reads, so threads read in parallel."""
         with self._lock:
             r = self._readers[f]
             if r is None:
@@ -220,7 +275,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                 self._readers[f] = r
             self._users[r] = self._users.get(r, 0) + 1
         try:
-            return r.read(local)
+            yield r
         finally:
             with self._lock:
                 left = self._users.pop(r) - 1
@@ -229,16 +284,24 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                 else:
                     self._lock.notify_all()
 
+    def _read(self, f: int, local: list[int]) -> list[bytes]:
+        with self._using(f) as r:
+            return r.read(local)
+
     def _index(self) -> tuple[np.ndarray, np.ndarray]:
         if self._ends is None:
-            counts = []
-            for f, c in enumerate(self._given_counts):
-                counts.append(c if c is not None else int(self._reader(f).num_records()))
-            with self._lock:
-                self._counts = counts
-                ends = np.cumsum(np.asarray(counts, dtype=np.int64))
-                self._starts = ends - np.asarray(counts, dtype=np.int64)
-                self._ends = ends
+            with self._index_lock:  # one thread counts; the others wait for its index
+                if self._ends is None:
+                    counts = []
+                    for f, c in enumerate(self._given_counts):
+                        if c is None:
+                            with self._using(f) as r:
+                                c = int(r.num_records())
+                        counts.append(c)
+                    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+                    self._counts = counts
+                    self._starts = ends - np.asarray(counts, dtype=np.int64)
+                    self._ends = ends
         return self._starts, self._ends
 
     # --- the source protocol -----------------------------------------------------------------------
@@ -252,36 +315,27 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         _, ends = self._index()
         return int(ends[-1])
 
-    def _out_of_range(self, index: int, n: int) -> IndexError:
-        return IndexError(f"index {index} out of range for ArrayRecordDataSource of length {n}.")
-
-    def __getitem__(self, record_key) -> bytes:
+    def __getitem__(self, record_key: SupportsIndex) -> bytes:
+        """Record ``record_key``'s bytes (negative indices count from the end)."""
         i = operator.index(record_key)
         starts, ends = self._index()
         n = int(ends[-1])
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise self._out_of_range(operator.index(record_key), n)
-        f = int(np.searchsorted(ends, i, side="right"))
-        local = i - int(starts[f]) + int(self._skips[f])
-        return self._read(f, [local])[0]
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"index {i} out of range for ArrayRecordDataSource of length {n}.")
+        f = int(np.searchsorted(ends, j, side="right"))
+        return self._read(f, [j - int(starts[f]) + int(self._skips[f])])[0]
 
     def __getitems__(self, record_keys: Sequence[int]) -> list[bytes]:
-        keys = np.asarray(record_keys, dtype=np.int64).reshape(-1)
+        """The records at ``record_keys``, in the order asked (repeats allowed): one reader
+        ``read(indices)`` call per file touched."""
+        starts, ends = self._index()
+        keys = check_indices(record_keys, int(ends[-1]), "ArrayRecordDataSource")
         if keys.size == 0:
             return []
-        starts, ends = self._index()
-        n = int(ends[-1])
-        lo, hi = int(keys.min()), int(keys.max())
-        if lo < -n or hi >= n:
-            raise self._out_of_range(hi if hi >= n else lo, n)
-        if lo < 0:
-            keys = np.where(keys < 0, keys + n, keys)
         if len(ends) == 1:
-            fids = np.zeros(keys.shape, dtype=np.int64)
-        else:
-            fids = np.searchsorted(ends, keys, side="right")
+            return self._read(0, (keys + self._skips[0]).tolist())
+        fids = np.searchsorted(ends, keys, side="right")
         local = keys - starts[fids] + self._skips[fids]
         first = int(fids[0])
         if (fids == first).all():  # one file: the reader returns records in the order asked
@@ -289,21 +343,21 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         # Several files: one read per file (indices in the order asked within each file), then the
         # records are put back in the order asked.
         order = np.argsort(fids, kind="stable")
-        sorted_f = fids[order]
-        bounds = np.flatnonzero(np.diff(sorted_f)) + 1
-        records: list[Any] = []
+        bounds = np.flatnonzero(np.diff(fids[order])) + 1
+        out: list[Any] = [None] * keys.size
         for positions in np.split(order, bounds):
-            records += self._read(int(fids[positions[0]]), local[positions].tolist())
-        out = np.empty(keys.size, dtype=object)
-        out[order] = records
-        return out.tolist()
+            records = self._read(int(fids[positions[0]]), local[positions].tolist())
+            for p, rec in zip(positions.tolist(), records):
+                out[p] = rec
+        return out
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
+        """All records in order, read 1,024 at a time."""
+        starts, ends = self._index()
         for f in range(len(self._files)):
-            start, end = self._index()[0][f], self._index()[1][f]
-            step = 1024
-            for s in range(int(start), int(end), step):
-                yield from self.__getitems__(list(range(s, min(s + step, int(end)))))
+            s0, e0 = int(self._skips[f]), int(ends[f]) - int(starts[f])  # first local index, count
+            for s in range(0, e0, 1024):
+                yield from self._read(f, list(range(s0 + s, s0 + min(s + 1024, e0))))
 
     # --- resources -----------------------------------------------------------------------------------
 

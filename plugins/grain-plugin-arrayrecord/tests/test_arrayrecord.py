@@ -232,3 +232,140 @@ def test_reads_run_in_parallel_and_close_waits_for_them(files, expected):
     assert not src._users
     src.close()
     assert all(r is None for r in src._readers)
+
+
+# --- hardening -------------------------------------------------------------------------------------
+
+
+def _open_fds(suffix: str) -> int:
+    fd_dir = pathlib.Path("/proc/self/fd")
+    if not fd_dir.exists():
+        pytest.skip("needs /proc/self/fd")
+    n = 0
+    for fd in fd_dir.iterdir():
+        try:
+            n += fd.resolve().name.endswith(suffix)
+        except OSError:
+            pass
+    return n
+
+
+def test_iteration_honours_file_instructions(files):
+    src = ArrayRecordDataSource(
+        [FileInstruction(files[0], 2, 3, 10), FileInstruction(files[1], 18, -1, 20)]
+    )
+    assert list(src) == [_record(0, 2), _record(0, 3), _record(0, 4), _record(1, 18), _record(1, 19)]
+
+
+def test_file_instruction_counts_and_types():
+    with pytest.raises(ValueError, match=r"exceeds examples_in_shard \(10\)"):
+        FileInstruction("x.array_record", skip=11, take=-1, examples_in_shard=10)
+    with pytest.raises(ValueError, match="non-negative"):
+        FileInstruction("x.array_record", skip=0, take=-2, examples_in_shard=10)
+    with pytest.raises(ValueError, match="examples_in_shard must be given"):
+        FileInstruction("x.array_record", skip=0, take=1)
+    with pytest.raises(TypeError, match="FileInstruction.skip must be an int, got bool"):
+        FileInstruction("x.array_record", skip=True, take=1, examples_in_shard=10)
+    with pytest.raises(TypeError, match="filename must be a str or os.PathLike"):
+        FileInstruction(7, skip=0, take=1, examples_in_shard=10)
+    fi = FileInstruction(pathlib.Path("x.array_record"), np.int32(1), np.int64(2), 10)
+    assert (fi.filename, fi.skip, fi.take) == ("x.array_record", 1, 2)
+    assert type(fi.skip) is int
+
+
+def test_reader_options_of_the_wrong_type_or_shape(files):
+    for bad in (5, ["index_storage_option:in_memory"], {"max_parallelism": object()}):
+        with pytest.raises(TypeError, match="reader_options"):
+            ArrayRecordDataSource(files, reader_options=bad)
+    with pytest.raises(ValueError, match="bad reader_options entry 'in_memory'"):
+        ArrayRecordDataSource(files, reader_options="in_memory")
+    with pytest.raises(ValueError, match=r"cannot open .*data-00000.*reader_options"):
+        ArrayRecordDataSource(files, reader_options={"no_such_option": 1})[0]
+    src = ArrayRecordDataSource(files, reader_options={"max_parallelism": 1})
+    assert "max_parallelism:1" in src._options and src[20] == _record(1, 10)
+
+
+def test_non_integer_and_huge_indices(files, expected):
+    src = ArrayRecordDataSource(files)
+    with pytest.raises(TypeError, match="integers"):
+        src.__getitems__([1.5, 2.0])  # must not be truncated to [1, 2]
+    with pytest.raises(TypeError, match="integers"):
+        src.__getitems__(np.array([True, False]))
+    with pytest.raises(TypeError, match="1-D"):
+        src.__getitems__([[1, 2], [3, 4]])
+    with pytest.raises(TypeError):
+        src["3"]
+    with pytest.raises(IndexError, match="length 35"):
+        src.__getitems__([2**70])
+    assert src.__getitems__(np.array([34, 2], dtype=np.uint64)) == [expected[34], expected[2]]
+    assert src.__getitems__(range(3)) == expected[:3]
+
+
+def test_close_and_garbage_collection_release_file_handles(files):
+    import gc
+
+    before = _open_fds(".array_record")
+    src = ArrayRecordDataSource(files)
+    src.__getitems__([0, 12, 33])
+    assert _open_fds(".array_record") == before + 3
+    src.close()
+    assert _open_fds(".array_record") == before
+    src[0]
+    del src
+    gc.collect()
+    assert _open_fds(".array_record") == before
+
+
+def test_index_is_built_once_under_concurrent_first_use(files, expected):
+    # Many threads race on the lazy index while close() runs: each must see the right length (a
+    # reader closed under a count would report 0 records).
+    for _ in range(5):
+        src = ArrayRecordDataSource(files)
+        with ThreadPoolExecutor(8) as pool:
+            futs = [pool.submit(len, src) for _ in range(16)]
+            src.close()
+            assert {f.result() for f in futs} == {sum(SIZES)}
+        assert src.__getitems__([34, 0]) == [expected[34], expected[0]]
+
+
+class _CountingSource(ArrayRecordDataSource):
+    """Counts the calls the kernel makes (the reads themselves are the real ones)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.calls = {"getitem": 0, "getitems": 0}
+
+    def __getitem__(self, i):
+        self.calls["getitem"] += 1
+        return super().__getitem__(i)
+
+    def __getitems__(self, keys):
+        self.calls["getitems"] += 1
+        return super().__getitems__(keys)
+
+
+def test_kernel_batch_and_prefetch_read_through_getitems(files, expected):
+    src = _CountingSource(files)
+    batched = grain.MapDataset.source(src).map(len).batch(7)
+    first = batched[0]
+    assert first.tolist() == [len(r) for r in expected[:7]]
+    assert src.calls == {"getitem": 0, "getitems": 1}
+    src.calls.update(getitem=0, getitems=0)
+    it = grain.MapDataset.source(src).to_iter_dataset(
+        grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
+    )
+    assert list(it) == expected
+    assert src.calls["getitem"] == 0 and 0 < src.calls["getitems"] < len(expected)
+
+
+@pytest.mark.parametrize("plugin", ["arrayrecord"])
+def test_cli_lists_the_plugin_with_its_version(plugin):
+    from importlib.metadata import version
+
+    out = subprocess.run(
+        [sys.executable, "-m", "grain_core", "plugins"], capture_output=True, text=True, check=True
+    ).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"{plugin}:"))
+    assert f"grain-plugin-{plugin} {version(f'grain-plugin-{plugin}')}" in line
+    assert "[loaded]" in line
+    assert "ArrayRecordDataSource, FileInstruction" in out

@@ -12,9 +12,46 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 
-def resolve(path: Any, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+def check_path(path: Any, who: str) -> str:
+    """``path`` as a ``str`` (a ``str`` or ``os.PathLike`` of one); ``TypeError`` otherwise."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"{who}: a path must be a str or os.PathLike, got {type(path).__name__}.")
+    if not path:
+        raise ValueError(f"{who}: the path is empty.")
+    return path
+
+
+def check_filesystem(filesystem: Any, who: str) -> pafs.FileSystem | None:
+    """``None``, a ``pyarrow.fs.FileSystem``, or an fsspec filesystem (wrapped for PyArrow)."""
+    if filesystem is None or isinstance(filesystem, pafs.FileSystem):
+        return filesystem
+    try:
+        import fsspec
+    except ImportError:
+        fsspec = None
+    if fsspec is not None and isinstance(filesystem, fsspec.AbstractFileSystem):
+        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
+    raise TypeError(
+        f"{who}: filesystem must be a pyarrow.fs.FileSystem or an fsspec filesystem, got "
+        f"{type(filesystem).__name__}."
+    )
+
+
+def describe_filesystem(filesystem: pafs.FileSystem | None) -> str | None:
+    """A process-independent description of an explicit filesystem, for ``repr``."""
+    if filesystem is None:
+        return None
+    base = getattr(filesystem, "base_path", None)  # SubTreeFileSystem
+    inner = getattr(filesystem, "base_fs", None)
+    if base is not None:
+        return f"{filesystem.type_name}:{base}" + (f"@{inner.type_name}" if inner else "")
+    return filesystem.type_name
+
+
+def resolve(path: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
     """Returns ``(filesystem, path inside it)`` for a local path, a URI or an explicit filesystem."""
-    path = os.fspath(path)
     if filesystem is not None:
         return filesystem, path
     if "://" in path:
@@ -26,42 +63,60 @@ def resolve(path: Any, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSys
 
 
 def open_parquet(
-    path: Any, filesystem: pafs.FileSystem | None = None, **kwargs: Any
+    path: str, filesystem: pafs.FileSystem | None = None, **kwargs: Any
 ) -> tuple[pq.ParquetFile, Any]:
-    """Opens ``path`` as a ParquetFile. Raises ``FileNotFoundError`` / ``ValueError`` naming it."""
+    """Opens ``path`` as a ParquetFile and returns it with its file handle (the caller closes it).
+
+    Raises ``FileNotFoundError`` (missing), ``IsADirectoryError``, ``ValueError`` (not Parquet or a
+    corrupt footer) or ``TypeError`` (an option ``ParquetFile`` does not take), each naming ``path``.
+    The handle is closed when opening fails."""
     fs, inner = resolve(path, filesystem)
     try:
         info = fs.get_file_info(inner)
     except OSError as e:
-        raise OSError(f"Parquet: cannot stat {os.fspath(path)!r}: {e}") from e
+        raise OSError(f"Parquet: cannot stat {path!r}: {e}") from e
     if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"Parquet: no such file: {os.fspath(path)!r}.")
+        raise FileNotFoundError(f"Parquet: no such file: {path!r}.")
     if info.type == pafs.FileType.Directory:
-        raise IsADirectoryError(f"Parquet: {os.fspath(path)!r} is a directory, not a Parquet file.")
+        raise IsADirectoryError(f"Parquet: {path!r} is a directory, not a Parquet file.")
     handle = fs.open_input_file(inner)
     try:
         return pq.ParquetFile(handle, **kwargs), handle
     except (pa.ArrowInvalid, OSError) as e:
         handle.close()
         raise ValueError(
-            f"Parquet: {os.fspath(path)!r} is not a readable Parquet file (not Parquet, or its "
+            f"Parquet: {path!r} is not a readable Parquet file (not Parquet, or its "
             f"footer is corrupt): {e}"
         ) from e
+    except TypeError as e:
+        handle.close()
+        raise TypeError(f"Parquet: bad read option for {path!r}: {e}") from e
+    except BaseException:
+        handle.close()
+        raise
 
 
-def check_columns(pf: pq.ParquetFile, columns: Sequence[str] | None, path: Any) -> list[str]:
+def check_columns(pf: pq.ParquetFile, columns: Sequence[str] | None, path: str) -> list[str]:
     """Returns the column names to read; raises ``ValueError`` naming a missing column and the file."""
     names = list(pf.schema_arrow.names)
     if columns is None:
         return names
     if isinstance(columns, str):
         raise TypeError("Parquet: columns must be a list of column names, not a string.")
+    try:
+        columns = list(columns)
+    except TypeError:
+        raise TypeError(
+            f"Parquet: columns must be a list of column names, got {type(columns).__name__}."
+        ) from None
+    if not all(isinstance(c, str) for c in columns):
+        raise TypeError(f"Parquet: column names must be strings, got {columns!r}.")
     missing = [c for c in columns if c not in names]
     if missing:
         raise ValueError(
-            f"Parquet: column(s) {missing} not in {os.fspath(path)!r}; it has columns {names}."
+            f"Parquet: column(s) {missing} not in {path!r}; it has columns {names}."
         )
-    return list(columns)
+    return columns
 
 
 def table_columns(table: pa.Table) -> list[np.ndarray]:
@@ -78,11 +133,14 @@ def table_columns(table: pa.Table) -> list[np.ndarray]:
 
 
 def read_row_group(
-    pf: pq.ParquetFile, rg: int, columns: list[str], path: Any
+    pf: pq.ParquetFile, rg: int, columns: list[str], path: str
 ) -> tuple[list[np.ndarray], int]:
-    """Reads row group ``rg`` as numpy columns; returns them and the decoded Arrow size in bytes."""
+    """Reads row group ``rg`` as numpy columns; returns them and an estimate of their memory in
+    bytes (the decoded Arrow size, plus 64 bytes per Python object in object columns)."""
     try:
         table = pf.read_row_group(rg, columns=columns)
     except (pa.ArrowInvalid, OSError) as e:
-        raise ValueError(f"Parquet: cannot read row group {rg} of {os.fspath(path)!r}: {e}") from e
-    return table_columns(table), int(table.nbytes)
+        raise ValueError(f"Parquet: cannot read row group {rg} of {path!r}: {e}") from e
+    cols = table_columns(table)
+    extra = sum(64 * len(c) for c in cols if c.dtype == object)
+    return cols, int(table.nbytes) + extra

@@ -7,6 +7,7 @@ from typing import Any
 
 import grain_core as grain
 from grain_core import state as _state
+from grain_core.validation import check_int
 from grain_plugin_parquet import _io
 
 __all__ = ["ParquetIterDataset"]
@@ -23,13 +24,27 @@ class ParquetIterDataset(grain.IterDataset):
     (e.g. ``buffer_size``, ``pre_buffer``). The file's footer is read at construction (so a missing
     or broken file fails here, naming it); rows are decoded one row group at a time, column-wise.
 
+    ``filesystem`` may be any ``pyarrow.fs.FileSystem`` (e.g. ``SubTreeFileSystem``) or an fsspec
+    filesystem (wrapped with ``pyarrow.fs.FSSpecHandler``).
+
+    Values: numeric columns give numpy scalars, strings ``str``, binaries ``bytes``, lists numpy
+    arrays; a numeric column with nulls is read as float with NaN (PyArrow's ``to_numpy``).
+
     The iterator's state is ``{row_group, row}``: restoring reads only the row group it points to.
+    An iterator holds the file open while it reads and closes it when exhausted or closed.
+
+    Raises:
+      TypeError: a ``path`` / ``filesystem`` / ``columns`` of the wrong type, or an unknown option.
+      FileNotFoundError, ValueError: a missing file; not Parquet, a corrupt footer, or a missing
+        column; each naming the file.
     """
 
-    def __init__(self, path: Any, **read_kwargs: Any):
+    def __init__(self, path: str | os.PathLike, **read_kwargs: Any):
         super().__init__()
-        self._path = os.fspath(path)
-        self._filesystem = read_kwargs.pop("filesystem", None)
+        self._path = _io.check_path(path, "ParquetIterDataset")
+        self._filesystem = _io.check_filesystem(
+            read_kwargs.pop("filesystem", None), "ParquetIterDataset"
+        )
         columns = read_kwargs.pop("columns", None)
         self._read_kwargs = read_kwargs
         pf, handle = _io.open_parquet(self._path, self._filesystem, **read_kwargs)
@@ -42,7 +57,13 @@ class ParquetIterDataset(grain.IterDataset):
 
     @property
     def path(self) -> str:
+        """The path (or URI) as given."""
         return self._path
+
+    @property
+    def column_names(self) -> list[str]:
+        """The columns each row holds."""
+        return list(self._columns)
 
     @property
     def num_rows(self) -> int:
@@ -56,7 +77,9 @@ class ParquetIterDataset(grain.IterDataset):
         return _ParquetIterator(self)
 
     def __str__(self) -> str:
-        return f"ParquetIterDataset(path={self._path!r}, columns={self._columns})"
+        fs = _io.describe_filesystem(self._filesystem)
+        where = "" if fs is None else f", filesystem={fs!r}"
+        return f"ParquetIterDataset(path={self._path!r}{where}, columns={self._columns})"
 
     __repr__ = __str__
 
@@ -88,6 +111,7 @@ class _ParquetIterator(grain.DatasetIterator):
                     self._rg += 1
                     self._row = 0
                 if self._rg >= len(self._sizes):
+                    self._release()  # exhausted: do not hold the file open until close/GC
                     raise StopIteration
                 self._load()
             values = next(self._rows, None)
@@ -104,19 +128,26 @@ class _ParquetIterator(grain.DatasetIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         _state.expect_state(state, _KIND, ("row_group", "row"), path=self._ds._path)
-        rg, row = int(state["row_group"]), int(state["row"])
-        if not (0 <= rg <= len(self._sizes)) or row < 0:
+        rg = check_int(state["row_group"], "ParquetIterDataset state row_group")
+        row = check_int(state["row"], "ParquetIterDataset state row")
+        size = self._sizes[rg] if rg < len(self._sizes) else 0
+        if rg > len(self._sizes) or row > size:
             raise _state.StateMismatchError(
                 f"ParquetIterDataset state points at row group {rg}, row {row}, but "
-                f"{self._ds._path!r} has {len(self._sizes)} row groups."
+                f"{self._ds._path!r} has {len(self._sizes)} row groups"
+                + (f" and row group {rg} has {size} rows." if rg < len(self._sizes) else ".")
             )
         self._rg, self._row, self._rows = rg, row, None
 
-    def close(self) -> None:
+    def _release(self) -> None:
         if self._handle is not None:
             self._handle.close()
         self._pf = self._handle = None
         self._rows = None
+
+    def close(self) -> None:
+        """Closes the file; a later ``next`` reopens it (from the current position)."""
+        self._release()
         super().close()
 
     def __str__(self) -> str:

@@ -16,18 +16,19 @@ import operator
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
 import grain_core as grain
+from grain_core.validation import check_indices, check_int
 from grain_plugin_parquet import _io
 
 __all__ = ["ParquetDataSource"]
 
 
-def _expand(path: str) -> list[str]:
-    if "://" not in path and glob.has_magic(path):
+def _expand(path: str, filesystem: Any = None) -> list[str]:
+    if filesystem is None and "://" not in path and glob.has_magic(path):
         matches = sorted(glob.glob(path))
         if not matches:
             raise FileNotFoundError(f"ParquetDataSource: no file matches the pattern {path!r}.")
@@ -39,16 +40,25 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
     """Rows of Parquet files as one random-access source of dicts ``{column: numpy value}``.
 
     Args:
-      paths: a path, URI or glob pattern, or a sequence of them; rows are numbered file after file.
+      paths: a path, URI or glob pattern (local paths only), or a sequence of them; rows are
+        numbered file after file, in the order given (pattern matches sorted).
       columns: read only these columns (all files must have them).
-      filesystem: an explicit ``pyarrow.fs.FileSystem`` for the paths.
-      cache_bytes: bound on the decoded row groups kept in memory (default 256 MiB; at least the
-        row group being read is kept).
+      filesystem: an explicit ``pyarrow.fs.FileSystem`` (or fsspec filesystem) for the paths.
+      cache_bytes: bound on the (estimated) memory of the decoded row groups kept (default 256 MiB;
+        at least the row group being read is kept).
+
+    Contract: every file's footer is read at construction (so bad files fail here, naming them);
+    ``source[i]`` is row ``i`` as ``{column: numpy value}``; ``__getitems__(indices)`` decodes each
+    row group touched once and returns the rows in the order asked; out-of-range indices raise
+    ``IndexError`` naming the length. Thread-safe (a file is decoded by one thread at a time; a row
+    group another thread is decoding is not decoded twice). Pickling carries the paths and index,
+    never an open file or the cache. ``close()`` / ``with`` closes the files and drops the cache.
+    ``repr`` names the files, their row counts and the columns, identical in every process.
     """
 
     def __init__(
         self,
-        paths: Any,
+        paths: str | os.PathLike | Sequence[str | os.PathLike],
         *,
         columns: Sequence[str] | None = None,
         filesystem: Any = None,
@@ -56,12 +66,23 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
     ):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        files = [p for item in paths for p in _expand(os.fspath(item))]
+        try:
+            items = list(paths)
+        except TypeError:
+            raise TypeError(
+                "ParquetDataSource expects a path, a glob pattern or a sequence of them, got "
+                f"{type(paths).__name__}."
+            ) from None
+        files = [
+            p
+            for item in items
+            for p in _expand(_io.check_path(item, "ParquetDataSource"), filesystem)
+        ]
         if not files:
             raise ValueError("ParquetDataSource needs at least one path.")
         self._files = files
-        self._filesystem = filesystem
-        self._cache_bytes = int(cache_bytes)
+        self._filesystem = _io.check_filesystem(filesystem, "ParquetDataSource")
+        self._cache_bytes = check_int(cache_bytes, "ParquetDataSource cache_bytes")
         sizes, rg_file, rg_local = [], [], []
         names = None
         for f, path in enumerate(files):
@@ -123,6 +144,10 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
                 return hit[0]
         f = self._rg_file[g]
         with self._file_locks[f]:
+            with self._lock:  # decoded by another thread while this one waited for the file?
+                hit = self._cache.get(g)
+            if hit is not None:
+                return hit[0]
             if self._open_files[f] is None:
                 self._open_files[f] = _io.open_parquet(self._files[f], self._filesystem)
             pf = self._open_files[f][0]
@@ -140,49 +165,49 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
 
     @property
     def paths(self) -> list[str]:
+        """The files read, in row order (patterns expanded)."""
         return list(self._files)
 
     @property
     def column_names(self) -> list[str]:
+        """The columns each row holds."""
         return list(self._names)
 
     def __len__(self) -> int:
         return self._len
 
-    def _out_of_range(self, index: int) -> IndexError:
-        return IndexError(
-            f"index {index} out of range for ParquetDataSource of length {self._len}."
-        )
-
-    def __getitem__(self, record_key) -> dict[str, Any]:
+    def __getitem__(self, record_key: SupportsIndex) -> dict[str, Any]:
+        """Row ``record_key`` (negative indices count from the end)."""
         i = operator.index(record_key)
         j = i + self._len if i < 0 else i
         if not 0 <= j < self._len:
-            raise self._out_of_range(i)
+            raise IndexError(
+                f"index {i} out of range for ParquetDataSource of length {self._len}."
+            )
         g = int(np.searchsorted(self._rg_ends, j, side="right"))
         cols = self._row_group(g)
         r = j - int(self._rg_starts[g])
         return {n: c[r] for n, c in zip(self._names, cols)}
 
     def __getitems__(self, record_keys: Sequence[int]) -> list[dict[str, Any]]:
-        keys = np.asarray(record_keys, dtype=np.int64).reshape(-1)
+        """The rows at ``record_keys``, in the order asked: each row group touched is decoded (or
+        found in the cache) once and its rows are taken with one fancy index per column."""
+        keys = check_indices(record_keys, self._len, "ParquetDataSource")
         if keys.size == 0:
             return []
-        lo, hi = int(keys.min()), int(keys.max())
-        if lo < -self._len or hi >= self._len:
-            raise self._out_of_range(hi if hi >= self._len else lo)
-        if lo < 0:
-            keys = np.where(keys < 0, keys + self._len, keys)
         gids = np.searchsorted(self._rg_ends, keys, side="right")
         local = keys - self._rg_starts[gids]
-        out: list[Any] = [None] * keys.size
         names = self._names
+        first = int(gids[0])
+        if (gids == first).all():
+            taken = [c[local] for c in self._row_group(first)]
+            return [dict(zip(names, values)) for values in zip(*taken)]
+        out: list[Any] = [None] * keys.size
         order = np.argsort(gids, kind="stable")
         bounds = np.flatnonzero(np.diff(gids[order])) + 1
         for positions in np.split(order, bounds):
             cols = self._row_group(int(gids[positions[0]]))
-            rows = local[positions]
-            taken = [c[rows] for c in cols]
+            taken = [c[local[positions]] for c in cols]
             for p, values in zip(positions.tolist(), zip(*taken)):
                 out[p] = dict(zip(names, values))
         return out
@@ -210,9 +235,11 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
 
     def __repr__(self) -> str:
         desc = [f"{p}:{n}" for p, n in zip(self._files, self._file_rows)]
-        digest = hashlib.sha1("\n".join(desc + self._names).encode()).hexdigest()[:16]
+        fs = _io.describe_filesystem(self._filesystem)
+        digest = hashlib.sha1("\n".join([*desc, *self._names, str(fs)]).encode()).hexdigest()[:16]
         shown = desc if len(desc) <= 8 else desc[:4] + ["..."] + desc[-2:]
+        where = "" if fs is None else f"filesystem={fs!r}, "
         return (
             f"ParquetDataSource(len={self._len}, num_files={len(desc)}, digest={digest}, "
-            f"columns={self._names}, files={shown})"
+            f"{where}columns={self._names}, files={shown})"
         )

@@ -185,3 +185,188 @@ def test_data_source_pipeline_checkpoints(files):
     src = ParquetDataSource(files, columns=["id", "x", "text"])
     ds = grain.MapDataset.source(src).seed(1).shuffle().batch(8)
     testing.assert_equal_output_after_checkpoint(ds)
+
+
+# --- hardening -------------------------------------------------------------------------------------
+
+
+def _open_fds(suffix: str) -> int:
+    import pathlib
+
+    fd_dir = pathlib.Path("/proc/self/fd")
+    if not fd_dir.exists():
+        pytest.skip("needs /proc/self/fd")
+    n = 0
+    for fd in fd_dir.iterdir():
+        try:
+            n += fd.resolve().name.endswith(suffix)
+        except OSError:
+            pass
+    return n
+
+
+def test_subtree_and_fsspec_memory_filesystems(files):
+    import os
+
+    sub = pafs.SubTreeFileSystem(os.path.dirname(files[1]), pafs.LocalFileSystem())
+    ds = ParquetIterDataset(os.path.basename(files[1]), filesystem=sub)
+    assert _ids(ds) == list(range(100, 124))
+    assert "subtree:" in repr(ds)  # a relative path inside a subtree is not the same data
+    clone = pickle.loads(pickle.dumps(ds))
+    assert _ids(clone) == list(range(100, 124)) and repr(clone) == repr(ds)
+    src = ParquetDataSource([os.path.basename(f) for f in files], filesystem=sub)
+    assert len(src) == 72 and int(src[30]["id"]) == 107
+
+    fsspec = pytest.importorskip("fsspec")
+    mem = fsspec.filesystem("memory")
+    with open(files[0], "rb") as fh:
+        mem.pipe("/grain-test/part-0.parquet", fh.read())
+    try:
+        assert _ids(ParquetIterDataset("/grain-test/part-0.parquet", filesystem=mem)) == list(
+            range(23)
+        )
+        wrapped = pafs.PyFileSystem(pafs.FSSpecHandler(mem))
+        msrc = ParquetDataSource("/grain-test/part-0.parquet", filesystem=wrapped)
+        assert _ids(msrc.__getitems__([22, 0])) == [22, 0]
+        with pytest.raises(FileNotFoundError, match="missing.parquet"):
+            ParquetIterDataset("/grain-test/missing.parquet", filesystem=mem)
+    finally:
+        mem.rm("/grain-test", recursive=True)
+
+
+def test_arguments_of_the_wrong_type(files):
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got int"):
+        ParquetIterDataset(5)
+    with pytest.raises(TypeError, match="got bytes"):
+        ParquetIterDataset(files[0].encode())
+    with pytest.raises(TypeError, match="filesystem must be"):
+        ParquetIterDataset(files[0], filesystem="local")
+    with pytest.raises(TypeError, match="bad read option for .*part-0.parquet"):
+        ParquetIterDataset(files[0], no_such_option=1)
+    with pytest.raises(TypeError, match="not a string"):
+        ParquetIterDataset(files[0], columns="id")
+    with pytest.raises(TypeError, match="column names must be strings"):
+        ParquetIterDataset(files[0], columns=[0])
+    with pytest.raises(TypeError, match="got int"):
+        ParquetDataSource(5)
+    with pytest.raises(ValueError, match="at least one path"):
+        ParquetDataSource([])
+    with pytest.raises(ValueError, match="cache_bytes must be >= 0, got -1"):
+        ParquetDataSource(files, cache_bytes=-1)
+    with pytest.raises(TypeError, match="cache_bytes must be an int"):
+        ParquetDataSource(files, cache_bytes="1G")
+    src = ParquetDataSource(files)
+    with pytest.raises(TypeError, match="integers"):
+        src.__getitems__([1.5])  # must not be truncated to row 1
+    with pytest.raises(TypeError, match="1-D"):
+        src.__getitems__([[1, 2]])
+    with pytest.raises(IndexError, match="length 72"):
+        src.__getitems__([2**70])
+    with pytest.raises(IndexError, match="length 72"):
+        src[-73]
+
+
+def test_files_are_closed_after_iteration_close_and_gc(files, tmp_path):
+    import gc
+
+    before = _open_fds(".parquet")
+    it = iter(ParquetIterDataset(files[0]))
+    next(it)
+    assert _open_fds(".parquet") == before + 1
+    list(it)  # exhausted: the file is released without waiting for close()
+    assert _open_fds(".parquet") == before
+    it = iter(ParquetIterDataset(files[0]))
+    next(it)
+    it.close()
+    assert _open_fds(".parquet") == before
+    assert int(next(it)["id"]) == 1  # a closed iterator reopens where it was
+    it.close()
+    with pytest.raises(TypeError):
+        ParquetIterDataset(files[0], no_such_option=1)
+    assert _open_fds(".parquet") == before  # a failed open does not leak its handle
+    src = ParquetDataSource(files)
+    src.__getitems__([0, 30, 60])
+    assert _open_fds(".parquet") == before + 3
+    src.close()
+    assert _open_fds(".parquet") == before
+    src[0]
+    del src
+    gc.collect()
+    assert _open_fds(".parquet") == before
+
+
+def test_bad_states_are_refused(files):
+    ds = ParquetIterDataset(files[0])  # row groups of 7, 7, 7, 2
+    it = iter(ds)
+    state = it.get_state()
+    for rg, row in ((1, 8), (5, 0), (4, 1)):
+        with pytest.raises(grain.state.StateMismatchError, match="row group"):
+            it.set_state({**state, "row_group": rg, "row": row})
+    with pytest.raises(TypeError, match="row must be an int"):
+        it.set_state({**state, "row_group": 0, "row": "3"})
+    with pytest.raises(ValueError, match="row_group must be >= 0"):
+        it.set_state({**state, "row_group": -1, "row": 0})
+    it.set_state({**state, "row_group": 3, "row": 2})  # the end
+    assert list(it) == []
+    it.set_state({**state, "row_group": 1, "row": 7})  # end of a row group: next one follows
+    assert int(next(it)["id"]) == 14
+
+
+def test_bulk_reads_decode_each_row_group_once(files, monkeypatch):
+    decoded = []
+    original = pq.ParquetFile.read_row_group
+
+    def spy(self, i, *a, **k):
+        decoded.append(i)
+        return original(self, i, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    src = ParquetDataSource(files[0], cache_bytes=0)  # no reuse across calls
+    idx = [22, 0, 6, 1, 21, 7, 0]  # row groups 3, 0, 0, 0, 3, 1, 0
+    assert _ids(src.__getitems__(idx)) == idx
+    assert sorted(decoded) == [0, 1, 3]
+
+
+def test_data_source_thread_safe(files):
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = ParquetDataSource(files, cache_bytes=2_000)  # small: threads keep evicting and decoding
+    want = _ids(src[i] for i in range(len(src)))
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, len(src), size=20).tolist() for _ in range(100)]
+    with ThreadPoolExecutor(8) as pool:
+        futs = [pool.submit(src.__getitems__, b) for b in batches]
+        singles = list(pool.map(src.__getitem__, range(len(src))))
+        src.close()
+        for b, f in zip(batches, futs):
+            assert _ids(f.result()) == [want[i] for i in b]
+    assert _ids(singles) == want
+
+
+def test_repr_is_the_same_in_another_process(files):
+    import subprocess
+    import sys
+
+    src = ParquetDataSource(files, columns=["id", "text"])
+    ds = ParquetIterDataset(files[0], columns=["id"])
+    code = (
+        "import grain_core as g; "
+        f"print(repr(g.ParquetDataSource({files!r}, columns=['id', 'text']))); "
+        f"print(repr(g.experimental.ParquetIterDataset({files[0]!r}, columns=['id'])))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [repr(src), repr(ds)]
+    assert repr(src) != repr(ParquetDataSource(files, columns=["id"]))
+
+
+def test_cli_lists_the_plugin_with_its_version():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    out = subprocess.run(
+        [sys.executable, "-m", "grain_core", "plugins"], capture_output=True, text=True, check=True
+    ).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("parquet:"))
+    assert f"grain-plugin-parquet {version('grain-plugin-parquet')} [loaded]" in line
+    assert "ParquetIterDataset, ParquetDataSource" in out

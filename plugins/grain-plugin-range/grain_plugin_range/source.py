@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 import grain_core as grain
+from grain_core.validation import check_indices
 
 
 class RangeDataSource(grain.sources.RandomAccessDataSource[int]):
@@ -35,12 +36,8 @@ class RangeDataSource(grain.sources.RandomAccessDataSource[int]):
         return self._range[operator.index(record_key)]
 
     def __getitems__(self, record_keys: Sequence[int]) -> list[int]:
-        keys = np.asarray(record_keys, dtype=np.int64)
         n = len(self._range)
-        if keys.size and (keys.min() < -n or keys.max() >= n):
-            bad = int(keys.max()) if keys.max() >= n else int(keys.min())
-            raise IndexError(f"index {bad} out of range for RangeDataSource of length {n}.")
-        keys = np.where(keys < 0, keys + n, keys)
+        keys = check_indices(record_keys, n, "RangeDataSource")
         if abs(self.start) + abs(self.step) * n < 2**62:
             return (self.start + keys * self.step).tolist()
         return [self._range[int(k)] for k in keys]

@@ -79,7 +79,7 @@ def test_plugin_source_decoders(tfds_data_dir):
     )
     rec = raw[0]  # Tensor features are stored raw: SkipDecoding leaves them as they are
     assert np.asarray(rec["image"]).size == 28 * 28 and int(rec["id"]) >= 0
-    assert "decoders=['image']" in repr(raw)
+    assert "decoders={'image': SkipDecoding}" in repr(raw)
 
 
 def test_plugin_source_pickles_and_conforms(tfds_data_dir):
@@ -120,3 +120,122 @@ def test_bad_inputs(tfds_data_dir):
         TfdsDataSource(NAME, split="nope", data_dir=tfds_data_dir)
     with pytest.raises(TypeError):
         TfdsDataSource(None)
+    with pytest.raises(TypeError, match="split must be"):
+        TfdsDataSource(NAME, split=None, data_dir=tfds_data_dir)
+    with pytest.raises(TypeError, match="data_dir must be"):
+        TfdsDataSource(NAME, split="train", data_dir=3)
+    src = TfdsDataSource(NAME, split="test", data_dir=tfds_data_dir)
+    with pytest.raises(TypeError, match="integers"):
+        src.__getitems__([1.5])  # must not be truncated to record 1
+    with pytest.raises(TypeError, match="1-D"):
+        src.__getitems__([[0, 1]])
+    with pytest.raises(IndexError, match="length 12"):
+        src.__getitems__([2**70])
+    with pytest.raises(IndexError, match="length 12"):
+        src[-13]
+    assert src.__getitems__([]) == []
+
+
+# --- hardening -------------------------------------------------------------------------------------
+
+
+class _BulkSpy:
+    """Wraps the real TFDS source and records which of its read paths are used."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        self.calls.append(("getitem", i))
+        return self.inner[i]
+
+    def __getitems__(self, keys):
+        self.calls.append(("getitems", list(keys)))
+        return self.inner.__getitems__(keys)
+
+
+def test_bulk_reads_use_tfds_getitems(tfds_data_dir):
+    src = TfdsDataSource(NAME, split="train", data_dir=tfds_data_dir)
+    assert hasattr(src.tfds_source, "__getitems__")  # TFDS's array_record sources have one
+    ids = [int(src[i]["id"]) for i in range(NUM_TRAIN)]  # TFDS shuffles examples when preparing
+    spy = _BulkSpy(src.tfds_source)
+    src._source = spy
+    got = src.__getitems__([7, -1, 3])
+    assert spy.calls == [("getitems", [7, NUM_TRAIN - 1, 3])]
+    assert _ids(got) == [ids[7], ids[-1], ids[3]]
+    spy.calls.clear()
+    batch = grain.MapDataset.source(src).map(lambda r: int(r["id"])).batch(5)[1]
+    assert batch.tolist() == ids[5:10]
+    assert spy.calls == [("getitems", [5, 6, 7, 8, 9])]  # the kernel's batch reads in bulk
+
+
+def _open_fds(suffix_part: str) -> int:
+    import pathlib
+
+    fd_dir = pathlib.Path("/proc/self/fd")
+    if not fd_dir.exists():
+        pytest.skip("needs /proc/self/fd")
+    n = 0
+    for fd in fd_dir.iterdir():
+        try:
+            n += suffix_part in fd.resolve().name
+        except OSError:
+            pass
+    return n
+
+
+def test_close_releases_files_and_waits_for_reads(tfds_data_dir):
+    before = _open_fds(".array_record")
+    src = TfdsDataSource(NAME, split="train", data_dir=tfds_data_dir)
+    ids = [int(r["id"]) for r in src.__getitems__(list(range(NUM_TRAIN)))]
+    assert _open_fds(".array_record") > before
+    src.close()
+    assert _open_fds(".array_record") == before
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, NUM_TRAIN, size=10).tolist() for _ in range(100)]
+    with ThreadPoolExecutor(8) as pool:
+        futs = [pool.submit(src.__getitems__, b) for b in batches]
+        for _ in range(10):
+            src.close()  # must neither break a read in flight nor stop later reads
+        for b, f in zip(batches, futs):
+            assert _ids(f.result()) == [ids[i] for i in b]
+    src.close()
+    assert _open_fds(".array_record") == before
+
+
+def test_repr_is_stable_across_processes_and_names_what_changes_the_data(tfds_data_dir):
+    import subprocess
+
+    src = TfdsDataSource(NAME, split="train[:50%]", data_dir=tfds_data_dir)
+    code = (
+        "import grain_core as g; "
+        f"print(repr(g.TfdsDataSource({NAME!r}, split='train[:50%]', data_dir={tfds_data_dir!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == repr(src)
+    skip = TfdsDataSource(
+        NAME,
+        split="train[:50%]",
+        data_dir=tfds_data_dir,
+        decoders={"image": tfds.decode.SkipDecoding()},
+        builder_kwargs={"version": "1.0.0"},
+    )
+    assert "0x" not in repr(skip)  # no memory addresses
+    assert "SkipDecoding" in repr(skip) and "builder_kwargs={'version': '1.0.0'}" in repr(skip)
+    assert repr(skip) != repr(src)
+    assert pickle.loads(pickle.dumps(skip)).__repr__() == repr(skip)
+
+
+def test_cli_lists_the_plugin_with_its_version():
+    import subprocess
+    from importlib.metadata import version
+
+    out = subprocess.run(
+        [sys.executable, "-m", "grain_core", "plugins"], capture_output=True, text=True, check=True
+    ).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("tfds:"))
+    assert f"grain-plugin-tfds {version('grain-plugin-tfds')} [loaded]" in line
+    assert "provides: TfdsDataSource" in out
