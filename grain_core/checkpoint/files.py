@@ -246,8 +246,9 @@ def read_state_file(
             raise CheckpointProcessCountError(
                 f"The iterator checkpoint in {directory} was written by {' or '.join(map(str, counts))} "
                 f"JAX process(es), but this job runs {process_count}. Each process restores its own "
-                "iterator state, so restore with the same process count (or use "
-                "grain_core.checkpoint.elastic for pipelines that support re-sharding)."
+                "iterator state, so restore with the same process count (pipelines that support "
+                "re-sharding are restored elastically by load / CheckpointRestore; see "
+                "docs/checkpointing.md, 'Elastic restore')."
             )
         raise CheckpointNotFoundError(
             f"{directory} has no state for process {process_index} of {process_count} ({name}); "
@@ -275,7 +276,29 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
     A state of another pipeline raises ``CheckpointPipelineMismatchError`` saying what differs.
     """
     current = iterator.get_state()
-    if isinstance(current, (bytes, bytearray)) != isinstance(state, (bytes, bytearray)) or (
+    mp_kind = "MultiprocessPrefetchDatasetIterator"
+    if (
+        isinstance(state, Mapping)
+        and isinstance(current, Mapping)
+        and _kind(current) != _kind(state)
+        and mp_kind in (_kind(current), _kind(state))
+    ):
+        # Another mp_prefetch worker count, 0 (in process) included: an elastic restore. An
+        # mp_prefetch iterator converts in set_state; an in-process one is converted here.
+        if _kind(current) != mp_kind:
+            from grain_core.runtime import elastic
+
+            try:
+                state = elastic.restore_state(
+                    state,
+                    elastic.elastic_target(iterator),
+                    f"{where} was saved with mp_prefetch workers and is restored in process",
+                )
+            except StateMismatchError as e:
+                raise CheckpointPipelineMismatchError(
+                    f"{where} does not fit this iterator: {e} The iterator was left unchanged."
+                ) from e
+    elif isinstance(current, (bytes, bytearray)) != isinstance(state, (bytes, bytearray)) or (
         isinstance(state, Mapping) and _kind(current) != _kind(state)
     ):
         raise CheckpointPipelineMismatchError(
@@ -333,8 +356,23 @@ def save_iterator_state(iterator: Any, directory: Any) -> Coroutine[Any, Any, No
     return write()
 
 
-async def load_iterator_state(iterator: Any, directory: Any) -> None:
-    """Reads this process's state from ``directory`` and restores ``iterator`` to it atomically."""
-    path = await _resolve_directory(directory)
-    state = read_state_file(path)
+def restore_from_directory(iterator: Any, path: Any) -> None:
+    """Restores ``iterator`` from this process's state file in ``path``; when the checkpoint was
+    written by another number of JAX processes, restores elastically where the pipeline allows it
+    (:mod:`grain_core.checkpoint.elastic`), else raises ``CheckpointProcessCountError``."""
+    index, count = process_info()
+    found = state_files(path)
+    if found and (index, count) not in found and count not in {c for _, c in found}:
+        from grain_core.checkpoint.elastic import restore_across_process_counts
+
+        restore_across_process_counts(iterator, path, index, count)
+        return
+    state = read_state_file(path, index, count)
     restore_iterator(iterator, state, f"the iterator checkpoint in {path}")
+
+
+async def load_iterator_state(iterator: Any, directory: Any) -> None:
+    """Reads this process's state from ``directory`` and restores ``iterator`` to it atomically
+    (elastically when written by another process count; see :func:`restore_from_directory`)."""
+    path = await _resolve_directory(directory)
+    restore_from_directory(iterator, path)

@@ -56,8 +56,7 @@ class CheckpointHandler(ocp.AsyncCheckpointHandler):
         iterator = args.item if args is not None else item
         if iterator is None:
             raise ValueError("CheckpointHandler.restore needs args=CheckpointRestore(iterator).")
-        state = files.read_state_file(directory)
-        files.restore_iterator(iterator, state, f"the iterator checkpoint in {directory}")
+        files.restore_from_directory(iterator, directory)
         return iterator
 
     def metadata(self, directory: Any) -> Any:

@@ -152,6 +152,11 @@ class MapDatasetMeta(abc.ABCMeta):
 class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
     """A lazy random-access dataset; see the module docstring for the contract."""
 
+    #: True for index-preserving stages (one parent, same length, element ``i`` made from the
+    #: parent's element ``i`` only, never ``None`` for a present element): ``map``, ``random_map``,
+    #: ``map_with_index``, ``seed``. Elastic restore (``grain_core.runtime.elastic``) relies on it.
+    one_to_one: bool = False
+
     def __init__(self, parents: MapDataset | Sequence[MapDataset] = ()):
         super().__init__(parents)
 
@@ -404,6 +409,12 @@ class DatasetIterator(Iterator[T], abc.ABC):
     ``get_state()`` returns a JSON-serialisable dict (see :mod:`grain_core.state`); ``set_state`` on a
     fresh iterator of the same pipeline continues with exactly the same elements.
     """
+
+    #: True for iterators with one parent that return exactly one element per parent element, in
+    #: order, and whose state is either the parent's state or ``{"kind", "parent", ...}`` where an
+    #: int field ``count`` (if any) is the number of elements returned and every other field is
+    #: identifying (a seed). Elastic restore (``grain_core.runtime.elastic``) relies on it.
+    one_to_one: bool = False
 
     def __init__(self, parents: DatasetIterator | Sequence[DatasetIterator] = ()):
         self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)

@@ -57,6 +57,8 @@ class _OneParentIterator(DatasetIterator):
 
 
 class _PassThroughIterator(DatasetIterator):
+    one_to_one = True
+
     def __init__(self, parent: DatasetIterator):
         super().__init__(parent)
         self._parent = parent
@@ -117,6 +119,7 @@ class MapIterDataset(_OneParentIterDataset):
 
 
 class _MapIterator(_OneParentIterator):
+    one_to_one = True
     kind = "MapIterDataset"
 
     def __init__(self, parent, fn):
@@ -144,6 +147,7 @@ class RandomMapIterDataset(_OneParentIterDataset):
 
 
 class _RandomMapIterator(_OneParentIterator):
+    one_to_one = True
     kind = "RandomMapIterDataset"
 
     def __init__(self, parent, fn, seed):
@@ -182,6 +186,7 @@ class MapWithIndexIterDataset(_OneParentIterDataset):
 
 
 class _MapWithIndexIterator(_OneParentIterator):
+    one_to_one = True
     kind = "MapWithIndexIterDataset"
 
     def __init__(self, parent, fn):

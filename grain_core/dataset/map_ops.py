@@ -86,6 +86,8 @@ class SourceMapDataset(MapDataset):
 class SeedMapDataset(MapDataset):
     """Passes elements through; sets the pipeline seed for downstream random transformations."""
 
+    one_to_one = True
+
     def __init__(self, parent: MapDataset, seed: int):
         super().__init__(parent)
         self._seed = _seeds.validate_seed(seed)
@@ -216,6 +218,8 @@ class _OneToOneMapDataset(MapDataset):
 class MapMapDataset(_OneToOneMapDataset):
     """``transform(element)`` for each element; ``None`` passes through."""
 
+    one_to_one = True
+
     def __init__(self, parent: MapDataset, transform: Any):
         super().__init__(parent, transform, tr.Map, "map()")
 
@@ -230,6 +234,8 @@ class MapMapDataset(_OneToOneMapDataset):
 
 class RandomMapMapDataset(_OneToOneMapDataset):
     """``transform(element, rng)`` with ``rng = element_rng(seed, index)``."""
+
+    one_to_one = True
 
     def __init__(self, parent: MapDataset, transform: Any, seed: int | None = None):
         super().__init__(parent, transform, tr.RandomMap, "random_map()")
@@ -251,6 +257,8 @@ class RandomMapMapDataset(_OneToOneMapDataset):
 
 class MapWithIndexMapDataset(_OneToOneMapDataset):
     """``transform(index, element)`` for each element."""
+
+    one_to_one = True
 
     def __init__(self, parent: MapDataset, transform: Any):
         super().__init__(parent, transform, tr.MapWithIndex, "map_with_index()")

@@ -38,18 +38,20 @@ class FilterRatioError(ValueError):
     """Filters dropped more elements than ``DatasetOptions.filter_raise_threshold_ratio`` allows."""
 
 
+def map_fingerprint_parts(ds: MapDataset) -> tuple[Any, ...]:
+    """What :func:`map_fingerprint` digests: ``(class name, len, identifying fields, (parents' parts,
+    ...))`` for ``ds`` and, recursively, its parents. Elastic restore builds these for other shards."""
+    return (
+        type(ds).__name__,
+        len(ds),
+        ds._fingerprint_fields(),
+        tuple(map_fingerprint_parts(p) for p in ds.parents),
+    )
+
+
 def map_fingerprint(ds: MapDataset) -> str:
     """A digest of a ``MapDataset`` chain: stage classes, lengths and identifying fields."""
-
-    def parts(d: MapDataset) -> tuple[Any, ...]:
-        return (
-            type(d).__name__,
-            len(d),
-            d._fingerprint_fields(),
-            tuple(parts(p) for p in d.parents),
-        )
-
-    return _state.fingerprint(parts(ds))
+    return _state.fingerprint(map_fingerprint_parts(ds))
 
 
 class FilterRatioCheck:

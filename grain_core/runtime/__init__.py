@@ -7,6 +7,7 @@ One module per job, each imported on first use:
 * :mod:`~grain_core.runtime.thread_prefetch` — ``ThreadPrefetchIterDataset`` (a background thread).
 * :mod:`~grain_core.runtime.device` — ``device_put`` (elements to JAX devices; jax imported lazily).
 * :mod:`~grain_core.runtime.autotune` — ``pick_performance_config``.
+* :mod:`~grain_core.runtime.elastic` — elastic restore (other worker / process counts).
 
 See ``docs/runtime.md``.
 """

@@ -67,19 +67,23 @@ class DevicePutIterDataset(IterDataset):
 
 
 class _DevicePutIterator(DatasetIterator):
+    one_to_one = True
+
     def __init__(self, parent: DatasetIterator, device: Any, ahead: int):
         super().__init__(parent)
         self._device = device
         self._ahead = max(1, ahead)
         self._put: Any = None
         self._buffer: collections.deque[tuple[Any, Any]] = collections.deque()
-        self._state = parent.get_state()
+        self._state: Any = None  # None: the parent's current state (nothing read yet)
         self._end = False
 
     def _fill(self) -> None:
         if self._put is None:
             self._put = _placer(self._device)
         parent = self._parents[0]
+        if self._state is None:
+            self._state = parent.get_state()
         while not self._end and len(self._buffer) < self._ahead:
             try:
                 x = next(parent)
@@ -100,7 +104,8 @@ class _DevicePutIterator(DatasetIterator):
         return x
 
     def get_state(self) -> dict[str, Any]:
-        return _state.make_state(_STATE_KIND, parent=self._state)
+        st = self._state if self._state is not None else self._parents[0].get_state()
+        return _state.make_state(_STATE_KIND, parent=st)
 
     def set_state(self, state: dict[str, Any]) -> None:
         _state.expect_state(state, _STATE_KIND, ("parent",))

@@ -237,6 +237,7 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
 
         k = options.num_workers
         self._k = k
+        self._parent_ds = parent
         _by_value_ambiguous_modules()
         payload = cloudpickle.dumps((parent, worker_init_fn))
         self._prefix = shm.new_prefix()
@@ -288,6 +289,8 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         # Each worker's fresh-iterator state, sent once it has built its iterator: what set_state
         # compares a state's worker entries with (None: unavailable, e.g. the worker failed).
         self._templates: list[Any] = [_PENDING] * k
+        # Why elastic restore (another worker count) is undefined, per worker (None: defined).
+        self._elastic_problems: list[str | None] = [None] * k
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -343,6 +346,7 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
             kind, gen = msg[0], msg[1]
             if kind == "template":
                 self._templates[i] = msg[2]
+                self._elastic_problems[i] = msg[3]
                 continue
             if gen != self._gen:
                 if kind == "data":
@@ -437,6 +441,10 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if isinstance(state, dict) and (
+            state.get("kind") != STATE_KIND or state.get("num_workers") != self._k
+        ):
+            state = self._elastic_state(state)
         _state.expect_state(
             state, STATE_KIND, ("num_workers", "next_worker", "workers"), num_workers=self._k
         )
@@ -469,6 +477,60 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         self._next = nxt
         self._position = int(state.get("position", 0))
 
+    def _elastic_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This iterator's state continuing where ``state`` (saved with another worker count, or in
+        process) stopped; see :mod:`grain_core.runtime.elastic`. Refuses with the reason."""
+        from grain_core.runtime import elastic
+
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        saved = state.get("num_workers", 0) if state.get("kind") == STATE_KIND else 0
+        what = (
+            f"This state was saved with num_workers={saved} (0: in process) and is being restored "
+            f"into an mp_prefetch iterator with num_workers={self._k}"
+        )
+        if state.get("kind") != STATE_KIND:
+            try:
+                elastic.leaf_state(state)
+            except _state.StateMismatchError:
+                _state.expect_state(state, STATE_KIND)  # another pipeline: the usual message
+                raise
+        return elastic.restore_state(state, self._elastic_target(), what)
+
+    def _elastic_target(self) -> Any:
+        from grain_core.dataset import PrefetchIterDataset, dataset_tree
+        from grain_core.runtime import elastic
+
+        templates = [self._template(i) for i in range(self._k)]
+        problem = next((p for p in self._elastic_problems if p is not None), None)
+        if problem is None and any(t is None for t in templates):
+            problem = "a worker could not build its pipeline (its error is raised at next())."
+        leaves = [d for d in dataset_tree(self._parent_ds) if isinstance(d, PrefetchIterDataset)]
+        if problem is None and len(leaves) != 1:
+            problem = f"the pipeline before mp_prefetch has {len(leaves)} to_iter_dataset stages."
+        k = self._k
+
+        def build(g: int) -> dict[str, Any]:
+            counts = elastic.split_prefix(g, k)
+            return _state.make_state(
+                STATE_KIND,
+                num_workers=k,
+                next_worker=g % k,
+                position=g,
+                workers=[
+                    {"state": elastic.state_at(templates[w], counts[w]), "skip": 0, "exhausted": False}
+                    for w in range(k)
+                ],
+            )
+
+        return elastic.ElasticTarget(
+            problem=problem,
+            map_ds=leaves[0].map_dataset if leaves else None,
+            chain_template=templates[0],
+            build=build,
+            streams=k,
+        )
+
     def _template(self, i: int) -> Any:
         """Worker ``i``'s fresh-iterator state (its first message), waiting for it if needed; None
         if the worker cannot give one (it failed to build its pipeline, or died: reported later)."""
@@ -480,6 +542,8 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
                         msg = conn.recv()
                         # The template is the first message a worker sends.
                         self._templates[i] = msg[2] if msg[0] == "template" else None
+                        if msg[0] == "template":
+                            self._elastic_problems[i] = msg[3]
                     elif not proc.is_alive():
                         self._templates[i] = None
             except (EOFError, OSError):
@@ -563,6 +627,7 @@ class _WorkerLoop:
         self.initial: Any = None
         self.fresh = True  # the iterator has not produced anything yet
         self.setup_error: BaseException | None = None
+        self.elastic_problem: str | None = None
         self.setup_tb = ""
         self.stats = [0, 0.0]  # elements, seconds producing
         try:
@@ -593,6 +658,12 @@ class _WorkerLoop:
                 node.set_slice(slice(self.index, None, self.count))
         self.it = it
         self.initial = it.get_state()
+        from grain_core.runtime.elastic import chain_problem
+
+        try:
+            self.elastic_problem = chain_problem(it)
+        except Exception as e:  # never fail a worker over the elastic analysis
+            self.elastic_problem = f"it could not be analysed ({type(e).__name__}: {e})."
 
     def _restart(self, state: Any, skip: int) -> None:
         assert self.it is not None
@@ -605,7 +676,14 @@ class _WorkerLoop:
 
     def run(self) -> None:
         conn = self.conn
-        conn.send(("template", -1, None if self.setup_error is not None else self.initial))
+        conn.send(
+            (
+                "template",
+                -1,
+                None if self.setup_error is not None else self.initial,
+                self.elastic_problem,
+            )
+        )
         gen, credits, producing, limit = -1, 0, False, 1
         while True:
             while not producing or credits <= 0 or conn.poll():

@@ -124,22 +124,31 @@ class _Producer:
 class ThreadPrefetchDatasetIterator(DatasetIterator):
     """See the module docstring."""
 
+    one_to_one = True
+
     def __init__(self, parent: DatasetIterator, prefetch_buffer_size: int):
         super().__init__(parent)
         self._producer = _Producer(parent, prefetch_buffer_size)
-        self._state = parent.get_state()
+        # None until the thread starts: the parent's own state then (the runtime may still call
+        # set_slice upstream, which changes it, e.g. in an mp_prefetch worker).
+        self._state: Any = None
         self._closed = False
         self._finalizer = weakref.finalize(self, self._producer.shutdown)
 
+    def _start(self) -> None:
+        if self._state is None:
+            self._state = self._parents[0].get_state()
+        self._producer.start()
+
     def start_prefetch(self) -> None:
         if not self._closed:
-            self._producer.start()
+            self._start()
 
     def __next__(self) -> Any:
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         p = self._producer
-        p.start()
+        self._start()
         kind, value, st = p.get()
         if kind == "x":
             self._state = st
@@ -150,7 +159,8 @@ class ThreadPrefetchDatasetIterator(DatasetIterator):
         raise value
 
     def get_state(self) -> dict[str, Any]:
-        return _state.make_state(_STATE_KIND, parent=self._state)
+        st = self._state if self._state is not None else self._parents[0].get_state()
+        return _state.make_state(_STATE_KIND, parent=st)
 
     def set_state(self, state: dict[str, Any]) -> None:
         _state.expect_state(state, _STATE_KIND, ("parent",))

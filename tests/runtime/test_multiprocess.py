@@ -177,12 +177,30 @@ def test_restore_in_fresh_process():
     assert json.loads(out.stdout.strip().splitlines()[-1]) == rest
 
 
-def test_state_from_other_worker_count_is_refused():
+def test_state_from_other_worker_count_is_refused_where_not_elastic():
+    def filtered(workers):
+        return (
+            grain.MapDataset.range(10)
+            .to_iter_dataset()
+            .filter(lambda x: x % 3)
+            .mp_prefetch(MP(num_workers=workers))
+        )
+
+    with iter(filtered(1)) as it:
+        state = it.get_state()
+    with iter(filtered(2)) as it:
+        with pytest.raises(StateMismatchError, match="FilterIterDataset"):
+            it.set_state(state)
+
+
+def test_state_from_other_worker_count_restores_elastically():
+    # One-to-one before mp_prefetch: see tests/runtime/test_elastic.py for the full matrix.
     with iter(_pipeline(n=10, workers=1)) as it:
+        first = _ids([next(it) for _ in range(3)])
         state = it.get_state()
     with iter(_pipeline(n=10, workers=2)) as it:
-        with pytest.raises(StateMismatchError):
-            it.set_state(state)
+        it.set_state(state)
+        assert sorted(first + _ids(it)) == list(range(10))
 
 
 def test_worker_exception_reraised_with_traceback_and_position():
