@@ -387,7 +387,8 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         """Returns this dataset produced by ``options.num_workers`` worker processes.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
-        depends only on the pipeline and the worker count.
+        depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
+        at the number of CPUs.
         """
         from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
 

@@ -71,6 +71,12 @@ class WorkerError(RuntimeError):
 # --------------------------------------------------------------------------------------------------
 
 
+def default_multiprocessing_options() -> MultiprocessingOptions:
+    """What ``mp_prefetch()`` uses without options: Grain's 10 workers, but never more workers than
+    this machine has CPUs."""
+    return MultiprocessingOptions(num_workers=min(10, os.cpu_count() or 1))
+
+
 class MultiprocessPrefetchIterDataset(IterDataset):
     """``parent`` produced by ``options.num_workers`` processes; see the module docstring."""
 
@@ -83,7 +89,7 @@ class MultiprocessPrefetchIterDataset(IterDataset):
         if not isinstance(parent, IterDataset):
             raise TypeError(f"mp_prefetch needs an IterDataset parent, got {type(parent).__name__}.")
         if multiprocessing_options is None:
-            multiprocessing_options = MultiprocessingOptions()
+            multiprocessing_options = default_multiprocessing_options()
         if not isinstance(multiprocessing_options, MultiprocessingOptions):
             raise TypeError(
                 "multiprocessing_options must be a MultiprocessingOptions, got "

@@ -359,3 +359,14 @@ def test_plugins_visible_in_workers():
     ds = grain.MapDataset.source(list(range(6))).map(inner).to_iter_dataset()
     with iter(ds.mp_prefetch(MP(num_workers=2))) as it:
         assert list(it) == [x * (x + 1) // 2 for x in range(6)]
+
+
+def test_default_options_use_up_to_ten_workers_capped_by_cpus():
+    import os
+
+    import grain_core as grain
+
+    ds = grain.MapDataset.range(8).to_iter_dataset().mp_prefetch()
+    assert ds.multiprocessing_options.num_workers == min(10, os.cpu_count() or 1)
+    with iter(ds) as it:
+        assert sorted(it) == list(range(8))
