@@ -14,6 +14,13 @@ Each check raises ``AssertionError`` with a message saying which property failed
 """
 
 from grain_core.testing.checkpoint import assert_equal_output_after_checkpoint, check_deterministic
+from grain_core.testing.plugins import check_plugin_listed, open_file_count
 from grain_core.testing.sources import check_source
 
-__all__ = ["assert_equal_output_after_checkpoint", "check_deterministic", "check_source"]
+__all__ = [
+    "assert_equal_output_after_checkpoint",
+    "check_deterministic",
+    "check_plugin_listed",
+    "check_source",
+    "open_file_count",
+]

@@ -204,3 +204,9 @@ def test_altered_states_are_refused():
     bad = dict(state, open=[{"dataset": 1, "state": state["open"][0]["state"]}, None])
     with pytest.raises(StateMismatchError, match="next_dataset"):
         iter(_inter([range(3), range(10, 14)], cycle_length=2)).set_state(bad)
+
+
+def test_cli_lists_the_plugin_with_its_version():
+    from grain_core import testing as kit
+
+    kit.check_plugin_listed("interleave", "grain-plugin-interleave", ["InterleaveIterDataset"])

@@ -326,3 +326,9 @@ def test_concat_then_split_matches_grain_without_meta_features():
         [1, 1, 1, 1, 1, 2],
         [1, 1, 1, 1, 0, 0],
     ]
+
+
+def test_cli_lists_the_plugin_with_its_version():
+    from grain_core import testing as kit
+
+    kit.check_plugin_listed("packing", "grain-plugin-packing", ["FirstFitPackIterDataset", "BestFitPackIterDataset", "ConcatThenSplitIterDataset"])

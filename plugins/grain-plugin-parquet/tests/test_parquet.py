@@ -190,19 +190,12 @@ def test_data_source_pipeline_checkpoints(files):
 # --- hardening -------------------------------------------------------------------------------------
 
 
-def _open_fds(suffix: str) -> int:
-    import pathlib
-
-    fd_dir = pathlib.Path("/proc/self/fd")
-    if not fd_dir.exists():
+def _open_fds(name_part: str) -> int:
+    n = testing.open_file_count(name_part)
+    if n is None:
         pytest.skip("needs /proc/self/fd")
-    n = 0
-    for fd in fd_dir.iterdir():
-        try:
-            n += fd.resolve().name.endswith(suffix)
-        except OSError:
-            pass
     return n
+
 
 
 def test_subtree_and_fsspec_memory_filesystems(files):
@@ -360,13 +353,6 @@ def test_repr_is_the_same_in_another_process(files):
 
 
 def test_cli_lists_the_plugin_with_its_version():
-    import subprocess
-    import sys
-    from importlib.metadata import version
-
-    out = subprocess.run(
-        [sys.executable, "-m", "grain_core", "plugins"], capture_output=True, text=True, check=True
-    ).stdout
-    line = next(ln for ln in out.splitlines() if ln.startswith("parquet:"))
-    assert f"grain-plugin-parquet {version('grain-plugin-parquet')} [loaded]" in line
-    assert "ParquetIterDataset, ParquetDataSource" in out
+    testing.check_plugin_listed(
+        "parquet", "grain-plugin-parquet", ["ParquetIterDataset", "ParquetDataSource"]
+    )

@@ -172,19 +172,12 @@ def test_bulk_reads_use_tfds_getitems(tfds_data_dir):
     assert spy.calls == [("getitems", [5, 6, 7, 8, 9])]  # the kernel's batch reads in bulk
 
 
-def _open_fds(suffix_part: str) -> int:
-    import pathlib
-
-    fd_dir = pathlib.Path("/proc/self/fd")
-    if not fd_dir.exists():
+def _open_fds(name_part: str) -> int:
+    n = testing.open_file_count(name_part)
+    if n is None:
         pytest.skip("needs /proc/self/fd")
-    n = 0
-    for fd in fd_dir.iterdir():
-        try:
-            n += suffix_part in fd.resolve().name
-        except OSError:
-            pass
     return n
+
 
 
 def test_close_releases_files_and_waits_for_reads(tfds_data_dir):
@@ -230,12 +223,4 @@ def test_repr_is_stable_across_processes_and_names_what_changes_the_data(tfds_da
 
 
 def test_cli_lists_the_plugin_with_its_version():
-    import subprocess
-    from importlib.metadata import version
-
-    out = subprocess.run(
-        [sys.executable, "-m", "grain_core", "plugins"], capture_output=True, text=True, check=True
-    ).stdout
-    line = next(ln for ln in out.splitlines() if ln.startswith("tfds:"))
-    assert f"grain-plugin-tfds {version('grain-plugin-tfds')} [loaded]" in line
-    assert "provides: TfdsDataSource" in out
+    testing.check_plugin_listed("tfds", "grain-plugin-tfds", ["TfdsDataSource"])

@@ -103,3 +103,9 @@ def test_refuses_foreign_state():
     state = json.loads(json.dumps(it.get_state()))
     with pytest.raises(StateMismatchError):
         mk(2).set_state(state)
+
+
+def test_cli_lists_the_plugin_with_its_version():
+    from grain_core import testing as kit
+
+    kit.check_plugin_listed("window_shuffle", "grain-plugin-window-shuffle", ["WindowShuffleMapDataset", "WindowShuffleIterDataset"])
