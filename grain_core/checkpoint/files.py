@@ -139,7 +139,7 @@ def _join(directory: Any, name: str) -> Any:
     return os.path.join(os.fspath(directory), name)
 
 
-def _write_text_atomic(directory: Any, name: str, text: str) -> None:
+def _write_text_atomic(directory: Any, name: str, text: str, durable: bool = True) -> None:
     if _is_remote(directory):  # e.g. an epath.Path on GCS: write a temp object, then rename.
         final = directory / name
         tmp = directory / f".{name}.tmp-{uuid.uuid4().hex}"
@@ -153,8 +153,9 @@ def _write_text_atomic(directory: Any, name: str, text: str) -> None:
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, final)
     except BaseException:
         if os.path.exists(tmp):
@@ -195,13 +196,17 @@ def write_state_file(
     state: Any,
     process_index: int | None = None,
     process_count: int | None = None,
+    durable: bool = True,
 ) -> str:
-    """Atomically writes ``state`` (a ``get_state()`` result) to ``directory``; returns the file name."""
+    """Atomically writes ``state`` (a ``get_state()`` result) to ``directory``; returns the file name.
+
+    ``durable`` also flushes the file to disk before the rename (skip it only where something else
+    commits the directory atomically, as Orbax does)."""
     if process_index is None or process_count is None:
         process_index, process_count = process_info()
     text = json.dumps(encode_state(state, process_index, process_count), indent=2, allow_nan=False)
     name = state_file_name(process_index, process_count)
-    _write_text_atomic(directory, name, text)
+    _write_text_atomic(directory, name, text, durable)
     return name
 
 
@@ -338,7 +343,9 @@ async def _resolve_directory(directory: Any) -> Any:
     return directory
 
 
-def save_iterator_state(iterator: Any, directory: Any) -> Coroutine[Any, Any, None]:
+def save_iterator_state(
+    iterator: Any, directory: Any, *, durable: bool = True
+) -> Coroutine[Any, Any, None]:
     """Captures ``iterator.get_state()`` now and returns a coroutine that writes it to ``directory``.
 
     ``directory`` is a path (``str``, ``os.PathLike``, ``epath.Path``) or an Orbax
@@ -351,7 +358,7 @@ def save_iterator_state(iterator: Any, directory: Any) -> Coroutine[Any, Any, No
 
     async def write() -> None:
         path = await _resolve_directory(directory)
-        _write_text_atomic(path, name, text)
+        _write_text_atomic(path, name, text, durable)
 
     return write()
 

@@ -8,7 +8,6 @@ Every JAX process writes its own ``process_<i>-of-<n>.json`` in the item directo
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -24,31 +23,25 @@ class CheckpointHandler(ocp.AsyncCheckpointHandler):
         # Orbax may pass handler options (multiprocessing options...); the files are per process.
         del args, kwargs
 
-    def _capture(self, item: Any, args: Any) -> tuple[str, str]:
+    @staticmethod
+    def _iterator(item: Any, args: Any) -> Any:
         iterator = args.item if args is not None else item
         if iterator is None:
             raise ValueError("CheckpointHandler.save needs args=CheckpointSave(iterator).")
-        index, count = files.process_info()
-        doc = files.encode_state(iterator.get_state(), index, count)
-        return files.state_file_name(index, count), json.dumps(doc, indent=2, allow_nan=False)
+        return iterator
+
+    # Orbax writes a step into a temporary directory and renames it when every item is done, so a
+    # step is committed atomically; the per-file fsync is left to that commit (durable=False).
 
     async def async_save(
         self, directory: Any, item: Any = None, args: CheckpointSave | None = None
     ) -> list[Any]:
         # The state is taken here, synchronously with mngr.save(); only the write is deferred.
-        name, text = self._capture(item, args)
-
-        async def write() -> None:
-            path = await files._resolve_directory(directory)
-            files._write_text_atomic(path, name, text)
-
-        return [
-            ocp_future.CommitFutureAwaitingContractedSignals(write(), name="grain_core_iterator")
-        ]
+        write = files.save_iterator_state(self._iterator(item, args), directory, durable=False)
+        return [ocp_future.CommitFutureAwaitingContractedSignals(write, name="grain_core_iterator")]
 
     def save(self, directory: Any, item: Any = None, args: CheckpointSave | None = None) -> None:
-        name, text = self._capture(item, args)
-        files._write_text_atomic(directory, name, text)
+        files.write_state_file(directory, self._iterator(item, args).get_state(), durable=False)
 
     def restore(
         self, directory: Any, item: Any = None, args: CheckpointRestore | None = None
