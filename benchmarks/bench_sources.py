@@ -168,7 +168,6 @@ WORKLOADS = [
         "Parquet 8x25k rows ParquetIterDataset chained over files",
         _pq_chain_pipeline,
         unit="rows",
-        target=5,
         setup=_pq_setup,
         references={"pyarrow read_table().to_pylist()": _pq_reference},
     ),

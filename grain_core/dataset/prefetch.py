@@ -30,6 +30,7 @@ from grain_core.options import DatasetOptions, ReadOptions
 
 _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
+_POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
 _COLD_SECONDS = 0.005  # reading done by the caller itself after a (re)start
 
@@ -171,15 +172,15 @@ class PrefetchDatasetIterator(DatasetIterator):
 
         Threads sharing the CPU (and the GIL) make every chunk take longer the more run at once, so
         ``seconds`` overstates what a chunk costs when threads contend; ``pool_seconds`` does not.
-        Chunks grow past ``prefetch_buffer_size // (2 * num_threads)`` only when they are fast on
-        their own, so slow (e.g. I/O-bound) reads still keep every thread busy."""
+        Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
+        own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
+        cost per call (ArrayRecord) get calls as large as one thread's share of the buffer."""
         budget = self._read_options.prefetch_buffer_size
         limit = max(1, min(_MAX_CHUNK, budget // 2 or 1))
         if seconds < _MIN_CHUNK_SECONDS:
             self._chunk = min(self._chunk * 2, limit)
-        elif pool_seconds < _MIN_CHUNK_SECONDS:
-            # At most half a thread's share of the buffer: two chunks per thread stay in flight.
-            per_thread = min(limit, budget // max(2 * self._read_options.num_threads, 1))
+        elif pool_seconds < _POOL_GROW_SECONDS:
+            per_thread = min(limit, budget // max(self._read_options.num_threads, 1))
             self._chunk = min(self._chunk * 2, max(self._chunk, per_thread))
         elif pool_seconds > _MAX_CHUNK_SECONDS:
             self._chunk = max(1, self._chunk // 2)
