@@ -132,14 +132,15 @@ def _mix_array(x: np.ndarray) -> np.ndarray:
 
 
 class IndexPermutation:
-    """A keyed bijection on ``[0, n)``: a Feistel network over the next even power of two, with
-    cycle walking back into range.
+    """A keyed bijection on ``[0, n)``: an unbalanced Feistel network over the smallest power of two
+    at or above ``n`` (so at most twice ``n``), with cycle walking back into range.
 
     ``perm(i)`` maps one index, ``perm(array)`` maps an integer array elementwise; both agree. Memory
     is O(1) in ``n``. ``perm.inverse(j)`` undoes ``perm(i)``.
     """
 
     _ROUNDS = 6
+    _SCALAR_BELOW = 64  # arrays this small are mapped element by element (fewer numpy calls)
 
     def __init__(self, n: int, seed: int, epoch: int = 0):
         n = operator.index(n)
@@ -149,29 +150,30 @@ class IndexPermutation:
             raise ValueError(f"permutation size must be <= 2**62, got {n}.")
         self.n = n
         bits = max(2, (max(n - 1, 1)).bit_length())
-        bits += bits % 2
-        self._half = bits // 2
-        self._mask = (1 << self._half) - 1
+        high, low = bits // 2, bits - bits // 2
+        # Round r splits the value into a high part of splits[r][0] bits and a low part of
+        # splits[r][1] bits; each round swaps the two sizes.
+        self._splits = tuple((high, low) if r % 2 == 0 else (low, high) for r in range(self._ROUNDS))
         base = derive_seed((validate_seed(seed), operator.index(epoch) & _M64))
         self._keys = tuple(_splitmix64((base << 8) | r) for r in range(self._ROUNDS))
 
-    def _round_scalar(self, left: int, right: int) -> tuple[int, int]:
-        mask = self._mask
-        for key in self._keys:
-            f = _splitmix64(right ^ key) & mask
-            left, right = right, left ^ f
-        return left, right
+    def _encrypt(self, x: int) -> int:
+        for key, (hb, lb) in zip(self._keys, self._splits):
+            lo = x & ((1 << lb) - 1)
+            x = (lo << hb) | ((x >> lb) ^ (_splitmix64(lo ^ key) & ((1 << hb) - 1)))
+        return x
 
     def __call__(self, index):
         if isinstance(index, np.ndarray):
+            if index.size < self._SCALAR_BELOW:
+                flat = [self(int(i)) for i in index.reshape(-1).tolist()]
+                return np.asarray(flat, dtype=np.int64).reshape(index.shape)
             return self._map_array(index)
         i = operator.index(index)
         if not 0 <= i < self.n:
             raise IndexError(f"index {i} out of range for a permutation of {self.n}.")
-        half, mask = self._half, self._mask
         while True:
-            left, right = self._round_scalar(i >> half, i & mask)
-            i = (left << half) | right
+            i = self._encrypt(i)
             if i < self.n:
                 return i
 
@@ -181,17 +183,17 @@ class IndexPermutation:
             raise IndexError(f"index {int(x.max())} out of range for a permutation of {self.n}.")
         out = x.copy()
         pending = np.arange(x.size)
-        half, mask = np.uint64(self._half), np.uint64(self._mask)
-        keys = [np.uint64(k) for k in self._keys]
         cur = x.copy()
         n = np.uint64(self.n)
+        rounds = [
+            (np.uint64(k), np.uint64(hb), np.uint64(lb), np.uint64((1 << hb) - 1), np.uint64((1 << lb) - 1))
+            for k, (hb, lb) in zip(self._keys, self._splits)
+        ]
         with np.errstate(over="ignore"):
             while pending.size:
-                left, right = cur >> half, cur & mask
-                for key in keys:
-                    f = _mix_array(right ^ key) & mask
-                    left, right = right, left ^ f
-                cur = (left << half) | right
+                for key, hb, lb, hmask, lmask in rounds:
+                    lo = cur & lmask
+                    cur = (lo << hb) | ((cur >> lb) ^ (_mix_array(lo ^ key) & hmask))
                 done = cur < n
                 out[pending[done]] = cur[done]
                 pending, cur = pending[~done], cur[~done]
@@ -202,12 +204,10 @@ class IndexPermutation:
         j = operator.index(index)
         if not 0 <= j < self.n:
             raise IndexError(f"index {j} out of range for a permutation of {self.n}.")
-        half, mask = self._half, self._mask
         while True:
-            left, right = j >> half, j & mask
-            for key in reversed(self._keys):
-                f = _splitmix64(left ^ key) & mask
-                left, right = right ^ f, left
-            j = (left << half) | right
+            for key, (hb, lb) in zip(reversed(self._keys), reversed(self._splits)):
+                lo = j >> hb
+                hi = (j & ((1 << hb) - 1)) ^ (_splitmix64(lo ^ key) & ((1 << hb) - 1))
+                j = (hi << lb) | lo
             if j < self.n:
                 return j

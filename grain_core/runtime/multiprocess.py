@@ -737,6 +737,10 @@ class _WorkerLoop:
             writer.add(x)
             if writer.nbytes >= _MAX_MESSAGE_BYTES or time.perf_counter() - t0 > _MAX_MESSAGE_SECONDS:
                 break
+            # A waiting command (most often a set_state restart) ends the group early, so a
+            # restore never waits for a whole group of the old position to be produced.
+            if len(writer) % 8 == 0 and self.conn.poll():
+                break
         n = len(writer)
         if n:
             self.conn.send(("data", gen, wstate, *writer.finish()))
