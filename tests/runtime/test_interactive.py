@@ -52,3 +52,19 @@ def test_from_an_ipython_cell_like_a_notebook():
         [sys.executable, "-c", driver], capture_output=True, text=True, timeout=120
     )
     assert EXPECTED in out.stdout, out.stdout + out.stderr
+
+
+def test_enable_profiling_reports_each_worker():
+    code = textwrap.dedent(
+        """
+        import grain_core as grain
+        ds = grain.MapDataset.range(50).to_iter_dataset().mp_prefetch(
+            grain.MultiprocessingOptions(num_workers=2, enable_profiling=True)
+        )
+        with iter(ds) as it:
+            assert len(list(it)) == 50
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "worker 0/2: 25 elements" in out.stderr and "worker 1/2: 25 elements" in out.stderr, out.stderr
