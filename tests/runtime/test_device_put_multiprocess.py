@@ -77,7 +77,7 @@ def test_each_process_contributes_its_local_batch():
         assert proc.returncode == 0, err[-3000:]
         line = next(ln for ln in out.splitlines() if ln.startswith("RESULT"))
         results.append(json.loads(line[len("RESULT") :]))
-    for p, rows in enumerate(results):
+    for rows in results:
         assert len(rows) == 4
         for row in rows:
             assert row["global_shape"] == [8]  # two processes x 4 local rows
