@@ -177,3 +177,13 @@ def test_cli_plugins_json_and_text():
     assert "grain-plugin-range 0.1.0 [loaded]" in text
     assert "provides: RangeDataSource, MapDataset.range" in text
     assert "broken: grain-plugin-broken 0.0.1 [failed]" in text
+
+
+def test_console_script_lists_plugins():
+    import shutil
+
+    exe = shutil.which("grain-core") or str(
+        __import__("pathlib").Path(sys.executable).with_name("grain-core")
+    )
+    out = subprocess.run([exe, "plugins", "--json"], capture_output=True, text=True, check=True)
+    assert "grain-plugin-range" in {row["distribution"] for row in json.loads(out.stdout)}
