@@ -26,6 +26,7 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.sharing import claim_worker_share
 from grain_core.options import DatasetOptions, ReadOptions
 
 _MIN_CHUNK_SECONDS = 0.002
@@ -112,14 +113,18 @@ class PrefetchIterDataset(IterDataset):
         return self._map_ds
 
     def __iter__(self) -> PrefetchDatasetIterator:
-        return PrefetchDatasetIterator(self._map_ds, self.read_options, self.allow_nones)
+        it = PrefetchDatasetIterator(self._map_ds, self.read_options, self.allow_nones)
+        share = claim_worker_share()
+        if share is not None:
+            it.set_slice(slice(share[0], None, share[1]))
+        return it
 
 
 class PrefetchDatasetIterator(DatasetIterator):
     """Iterates a ``MapDataset`` in index order. Its state is the next index to read.
 
-    The runtime calls :meth:`set_slice` before the first element to make a worker read every
-    ``count``-th index.
+    Created inside :func:`grain_core.dataset.sharing.worker_share` (an ``mp_prefetch`` worker), it
+    reads every ``count``-th index from the worker's ``index`` (see :meth:`set_slice`).
     """
 
     def __init__(self, ds: MapDataset, read_options: ReadOptions, allow_nones: bool):

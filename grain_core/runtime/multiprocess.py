@@ -5,9 +5,10 @@ Contract (see ``docs/runtime.md``):
 * ``num_workers == 0`` iterates the parent in this process (``iter(ds)`` is the parent's iterator).
 * With ``K > 0`` workers, worker ``i`` (a ``forkserver`` process by default, ``spawn`` with
   ``GRAIN_CORE_MP_START_METHOD=spawn``; never ``fork``) receives the pipeline serialised with
-  cloudpickle, runs ``worker_init_fn(i, K)``, creates the iterator, calls
-  ``set_slice(slice(i, None, K))`` on every ``PrefetchDatasetIterator`` upstream, and produces
-  elements. The output is round-robin over the workers (worker 0's first element, worker 1's first,
+  cloudpickle, runs ``worker_init_fn(i, K)``, creates the iterator inside
+  :func:`grain_core.dataset.sharing.worker_share` ``(i, K)`` (so ``to_iter_dataset`` reads indices
+  ``i::K`` and every state is the worker's own from the start; a pipeline with no stage able to
+  split its input is refused), and produces elements. The output is round-robin over the workers (worker 0's first element, worker 1's first,
   ...); an exhausted worker is skipped from then on. The order depends only on the pipeline and
   ``K``, never on timing.
 * Elements travel in messages of several elements with their numpy buffers in shared memory
@@ -656,12 +657,18 @@ class _WorkerLoop:
     def _build(self) -> None:
         """Builds this worker's iterator (no element is read: kernel iterators start their threads
         at the first element) and records its fresh state, the template ``set_state`` checks."""
-        from grain_core.dataset import PrefetchDatasetIterator, iterator_tree
+        from grain_core.dataset.sharing import worker_share
 
-        it = iter(self.ds)
-        for node in iterator_tree(it):
-            if isinstance(node, PrefetchDatasetIterator):
-                node.set_slice(slice(self.index, None, self.count))
+        with worker_share(self.index, self.count) as share:
+            it = iter(self.ds)
+        if not share.claimed and self.count > 1:
+            it.close()
+            raise ValueError(
+                f"mp_prefetch with {self.count} workers: no stage of this pipeline can read a "
+                "share of its input, so every worker would produce every element. Put a "
+                "MapDataset.to_iter_dataset() (or a plugin stage that splits its input, such as "
+                "InterleaveIterDataset) upstream of mp_prefetch."
+            )
         self.it = it
         self.initial = it.get_state()
         from grain_core.runtime.elastic import chain_problem

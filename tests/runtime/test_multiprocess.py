@@ -370,3 +370,38 @@ def test_default_options_use_up_to_ten_workers_capped_by_cpus():
     assert ds.multiprocessing_options.num_workers == min(10, os.cpu_count() or 1)
     with iter(ds) as it:
         assert sorted(it) == list(range(8))
+
+
+def test_pipeline_that_cannot_be_split_is_refused():
+    import grain_core as grain
+
+    class Plain(grain.IterDataset):
+        def __iter__(self):
+            from grain_core.dataset.sharing import no_worker_share
+
+            with no_worker_share():
+                return iter(grain.MapDataset.range(4).to_iter_dataset())
+
+    with pytest.raises(ValueError, match="no stage of this pipeline can read a share"):
+        list(Plain().mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    one = Plain().mp_prefetch(grain.MultiprocessingOptions(num_workers=1))
+    with iter(one) as it:
+        assert list(it) == [0, 1, 2, 3]
+
+
+def test_states_taken_while_building_are_the_workers_own():
+    import grain_core as grain
+
+    # flat_map snapshots its parent's state when created: that state must already be the worker's.
+    class Twice(grain.transforms.FlatMap):
+        max_fan_out = 2
+
+        def flat_map(self, x):
+            return [x, x]
+
+    ds = grain.experimental.FlatMapIterDataset(
+        grain.MapDataset.range(6).to_iter_dataset().batch(1), Twice()
+    ).mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    from grain_core import testing as kit
+
+    kit.assert_equal_output_after_checkpoint(ds)

@@ -31,6 +31,7 @@ from typing import Any
 
 import grain_core as grain
 from grain_core import state as _state
+from grain_core.dataset.sharing import claim_worker_share, no_worker_share
 from grain_core.validation import check_int
 
 __all__ = ["InterleaveIterDataset"]
@@ -116,10 +117,24 @@ class InterleaveIterDataset(grain.IterDataset):
             raise TypeError(
                 f"InterleaveIterDataset: dataset {index} is a {type(ds).__name__}, not an IterDataset."
             )
-        return iter(ds)
+        with no_worker_share():  # each dataset is read whole by the worker that owns it
+            return iter(ds)
+
+    def _share(self, index: int, count: int) -> InterleaveIterDataset:
+        """The same interleave over every ``count``-th dataset from ``index``."""
+        datasets = self._datasets[index::count]
+        return InterleaveIterDataset(
+            datasets,
+            cycle_length=self._cycle,
+            num_make_iter_threads=self._make_threads,
+            make_iter_buffer_size=self._make_buffer,
+            iter_buffer_size=self._iter_buffer,
+        )
 
     def __iter__(self):
-        return _InterleaveIterator(self)
+        # In an mp_prefetch worker, read this worker's share of the datasets (as Grain does).
+        share = claim_worker_share()
+        return _InterleaveIterator(self if share is None else self._share(*share))
 
     def __str__(self) -> str:
         return f"InterleaveIterDataset(num_datasets={self._n}, cycle_length={self._cycle})"

@@ -210,3 +210,20 @@ def test_cli_lists_the_plugin_with_its_version():
     from grain_core import testing as kit
 
     kit.check_plugin_listed("interleave", "grain-plugin-interleave", ["InterleaveIterDataset"])
+
+
+def test_mp_prefetch_workers_split_the_datasets():
+    import grain_core as grain
+
+    datasets = grain.MapDataset.source([list(range(10 * d, 10 * d + 3)) for d in range(5)]).map(
+        lambda xs: grain.MapDataset.source(xs).to_iter_dataset()
+    )
+    ds = grain.experimental.InterleaveIterDataset(datasets, cycle_length=2)
+    expected = sorted(list(ds))
+    mp = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    with iter(mp) as it:
+        got = list(it)
+    assert sorted(got) == expected  # every element once: each worker read its own datasets
+    from grain_core import testing as kit
+
+    kit.assert_equal_output_after_checkpoint(mp, checkpoints=range(0, 15, 2))

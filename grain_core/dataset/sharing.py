@@ -1,0 +1,68 @@
+"""How ``mp_prefetch`` splits one pipeline across worker processes.
+
+A worker builds its iterator inside :func:`worker_share` ``(index, count)``. Every stage that can
+read a share of its input — ``to_iter_dataset`` (index ``i::count`` of its ``MapDataset``) and plugin
+stages that opt in (e.g. interleave, which takes every ``count``-th dataset) — calls
+:func:`claim_worker_share` while its iterator is being created, and builds that iterator already
+restricted, so every state taken downstream (even at construction) describes the worker's share.
+Iterators created later, outside the ``with`` block, read everything.
+
+A stage that reads its share must create its own inner iterators under :func:`no_worker_share` so
+they are not split a second time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+__all__ = ["WorkerShare", "claim_worker_share", "no_worker_share", "worker_share"]
+
+
+class WorkerShare:
+    """This worker's ``index`` among ``count`` workers, and whether any stage took its share."""
+
+    __slots__ = ("index", "count", "claimed")
+
+    def __init__(self, index: int, count: int):
+        if not 0 <= index < count:
+            raise ValueError(f"worker index {index} is not in [0, {count}).")
+        self.index, self.count, self.claimed = index, count, False
+
+
+_SHARE: contextvars.ContextVar[WorkerShare | None] = contextvars.ContextVar(
+    "grain_core_worker_share", default=None
+)
+
+
+@contextlib.contextmanager
+def worker_share(index: int, count: int) -> Iterator[WorkerShare]:
+    """Iterators created inside read worker ``index``'s share of ``count``; yields the share, whose
+    ``claimed`` says afterwards whether any stage could split its input."""
+    share = WorkerShare(index, count)
+    token = _SHARE.set(share)
+    try:
+        yield share
+    finally:
+        _SHARE.reset(token)
+
+
+@contextlib.contextmanager
+def no_worker_share() -> Iterator[None]:
+    """Iterators created inside read all their input (a stage's own inner iterators)."""
+    token = _SHARE.set(None)
+    try:
+        yield
+    finally:
+        _SHARE.reset(token)
+
+
+def claim_worker_share() -> tuple[int, int] | None:
+    """``(index, count)`` if an iterator being created now should read only that share (and marks
+    the share as taken), else None."""
+    share = _SHARE.get()
+    if share is None:
+        return None
+    share.claimed = True
+    return share.index, share.count
