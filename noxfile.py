@@ -27,6 +27,7 @@ nox.options.sessions = [
     *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS),
     "example-plugin",
     "integration",
+    "docs",
 ]
 
 PYTEST = ["pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
