@@ -393,7 +393,7 @@ def hypothesis_settings(**overrides: Any) -> Any:
 
     name = os.environ.get("GRAIN_CORE_HYPOTHESIS_PROFILE", "ci")
     base = {
-        "ci": dict(max_examples=40),
+        "ci": dict(max_examples=100),
         "nightly": dict(max_examples=400),
         "dev": dict(max_examples=10),
     }

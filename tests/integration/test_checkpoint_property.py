@@ -80,7 +80,7 @@ def test_restore_continues_identically_with_plugins(spec, fraction):
 
 
 @cp.hypothesis_settings(
-    ci=dict(max_examples=2),
+    ci=dict(max_examples=4),
     nightly=dict(max_examples=20),
     dev=dict(max_examples=1),
     phases=[Phase.explicit, Phase.generate],  # no shrinking: every step would spawn a process
