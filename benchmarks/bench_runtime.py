@@ -95,7 +95,6 @@ WORKLOADS = [
     Workload(
         "mp_prefetch(2) CPU-bound map (~300us/elem)",
         lambda lib: _cpu_bound(lib, 2),
-        target=1,
     ),
     Workload(
         "CPU-bound map: ours mp(2) vs ours in-process (grain column)",

@@ -30,6 +30,7 @@ class Workload:
       setup: called once before anything is timed (e.g. to write files); its result is passed to
         builders as ``build(lib, data)`` when it is not None.
       max_seconds: stop a measurement after this long and report the rate so far.
+      compare: False for workloads grain has no counterpart for (only grain_core is timed).
     """
 
     name: str
@@ -41,6 +42,7 @@ class Workload:
     references: dict[str, Callable[..., int]] = dataclasses.field(default_factory=dict)
     setup: Callable[[], Any] | None = None
     max_seconds: float = 30.0
+    compare: bool = True
 
 
 def measure(make: Callable[[], Iterable[Any]], count: Callable[[Any], int], max_seconds: float) -> float:
@@ -69,7 +71,7 @@ def run_workloads(workloads: list[Workload], ours: Any, theirs: Any | None) -> l
         args = () if data is None else (data,)
         ours_rate = measure(lambda w=w, a=args: w.build(ours, *a), w.count, w.max_seconds)
         theirs_rate = None
-        if theirs is not None:
+        if theirs is not None and w.compare:
             builder = w.build_theirs or w.build
             try:
                 theirs_rate = measure(
