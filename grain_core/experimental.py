@@ -3,16 +3,20 @@ plugin-provided transformations (``InterleaveIterDataset``, packing, window shuf
 
 from __future__ import annotations
 
+from grain_core.dataset.apply import apply_transformations
 from grain_core.dataset.iter_ops import (
     FlatMapIterDataset,
     LimitIterDataset,
     RebatchIterDataset,
+    RepeatIterDataset,
     WithOptionsIterDataset,
     ZipIterDataset,
 )
-from grain_core.dataset.map_ops import FlatMapMapDataset, ZipMapDataset
+from grain_core.dataset.map_ops import FlatMapMapDataset, ZipMapDataset, batch_and_pad
+from grain_core.dataset.prefetch import get_next_index, set_next_index
 from grain_core.lazy import lazy_module_attrs
 from grain_core.options import DatasetOptions
+from grain_core.seeds import index_shuffle
 from grain_core.transforms import FlatMapTransform, MapWithIndexTransform
 
 __all__ = [
@@ -23,13 +27,20 @@ __all__ = [
     "LimitIterDataset",
     "MapWithIndexTransform",
     "RebatchIterDataset",
+    "RepeatIterDataset",
     "WithOptionsIterDataset",
     "ZipIterDataset",
     "ZipMapDataset",
+    "apply_transformations",
+    "batch_and_pad",
+    "get_next_index",
+    "index_shuffle",
+    "set_next_index",
 ]
 
 _KERNEL = {
     "ThreadPrefetchIterDataset": "grain_core.runtime.thread_prefetch",
+    "ThreadPrefetchDatasetIterator": "grain_core.runtime.thread_prefetch",
     "MultiprocessPrefetchIterDataset": "grain_core.runtime.multiprocess",
     "device_put": "grain_core.runtime.device:device_put",
     "pick_performance_config": "grain_core.runtime.autotune:pick_performance_config",

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_SEED",
     "ElementRngs",
     "IndexPermutation",
+    "index_shuffle",
     "derive_seed",
     "element_rng",
     "validate_seed",
@@ -131,6 +132,15 @@ def _mix_array(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+_ROUNDS_DEFAULT = 6
+
+
+def index_shuffle(index: int, max_index: int, seed: int, rounds: int = _ROUNDS_DEFAULT) -> int:
+    """The position of ``index`` in a seeded permutation of ``[0, max_index]`` (inclusive, as in
+    Grain's ``index_shuffle``); ``IndexPermutation(max_index + 1, seed, rounds=rounds)(index)``."""
+    return IndexPermutation(max_index + 1, seed, rounds=rounds)(index)
+
+
 class IndexPermutation:
     """A keyed bijection on ``[0, n)``: an unbalanced Feistel network over the smallest power of two
     at or above ``n`` (so at most twice ``n``), with cycle walking back into range.
@@ -139,10 +149,9 @@ class IndexPermutation:
     is O(1) in ``n``. ``perm.inverse(j)`` undoes ``perm(i)``.
     """
 
-    _ROUNDS = 6
     _SCALAR_BELOW = 64  # arrays this small are mapped element by element (fewer numpy calls)
 
-    def __init__(self, n: int, seed: int, epoch: int = 0):
+    def __init__(self, n: int, seed: int, epoch: int = 0, rounds: int = _ROUNDS_DEFAULT):
         n = operator.index(n)
         if n < 0:
             raise ValueError(f"permutation size must be >= 0, got {n}.")
@@ -153,9 +162,11 @@ class IndexPermutation:
         high, low = bits // 2, bits - bits // 2
         # Round r splits the value into a high part of splits[r][0] bits and a low part of
         # splits[r][1] bits; each round swaps the two sizes.
-        self._splits = tuple((high, low) if r % 2 == 0 else (low, high) for r in range(self._ROUNDS))
+        if not isinstance(rounds, int) or rounds < 2:
+            raise ValueError(f"a permutation needs at least 2 Feistel rounds, got {rounds!r}.")
+        self._splits = tuple((high, low) if r % 2 == 0 else (low, high) for r in range(rounds))
         base = derive_seed((validate_seed(seed), operator.index(epoch) & _M64))
-        self._keys = tuple(_splitmix64((base << 8) | r) for r in range(self._ROUNDS))
+        self._keys = tuple(_splitmix64((base << 8) | r) for r in range(rounds))
 
     def _encrypt(self, x: int) -> int:
         for key, (hb, lb) in zip(self._keys, self._splits):

@@ -28,8 +28,10 @@ __all__ = [
     "MapWithIndexTransform",
     "RandomMap",
     "RandomMapTransform",
+    "TfRandomMap",
     "TfRandomMapTransform",
     "Transformation",
+    "Transformations",
     "transform_name",
 ]
 
@@ -118,7 +120,10 @@ MapWithIndexTransform = MapWithIndex
 FilterTransform = Filter
 FlatMapTransform = FlatMap
 
+TfRandomMap = TfRandomMapTransform
+
 Transformation = Map | RandomMap | MapWithIndex | Filter | FlatMap | Batch
+Transformations = Sequence[Transformation]
 
 
 def transform_name(transform: Any) -> str:

@@ -479,3 +479,55 @@ class _ZipIterator(DatasetIterator):
             )
         for p, s in zip(self._parents, state["parents"]):
             p.set_state(s)
+
+
+class RepeatIterDataset(_OneParentIterDataset):
+    """The parent's elements ``num_epochs`` times (forever with ``None``), re-iterating the parent
+    from its start for each epoch. An epoch that yields nothing ends the repetition (no busy loop)."""
+
+    def __init__(self, parent: IterDataset, num_epochs: int | None = None):
+        super().__init__(parent)
+        self._epochs = None if num_epochs is None else check_int(
+            num_epochs, "RepeatIterDataset num_epochs (or None)", minimum=1
+        )
+
+    def __iter__(self):
+        return _RepeatIterator(self._parent, self._epochs)
+
+
+class _RepeatIterator(_OneParentIterator):
+    kind = "RepeatIterDataset"
+
+    def __init__(self, parent_ds: IterDataset, epochs: int | None):
+        super().__init__(iter(parent_ds))
+        self._parent_ds, self._limit, self._epoch, self._seen = parent_ds, epochs, 0, 0
+
+    def _restart(self) -> None:
+        self._parent.close()
+        self._parent = iter(self._parent_ds)
+        self._parents = (self._parent,)
+        if self._options is not None:
+            self._parent._apply_options(self._options)
+
+    def __next__(self):
+        while True:
+            if self._limit is not None and self._epoch >= self._limit:
+                raise StopIteration
+            try:
+                x = next(self._parent)
+            except StopIteration:
+                if not self._seen:  # an empty epoch: every later one is empty too
+                    self._epoch = self._limit if self._limit is not None else self._epoch
+                    raise
+                self._epoch += 1
+                self._seen = 0
+                self._restart()
+                continue
+            self._seen += 1
+            return x
+
+    def _extra_state(self):
+        return {"epoch": self._epoch, "seen": self._seen}
+
+    def _set_extra_state(self, state):
+        self._epoch, self._seen = int(state["epoch"]), int(state["seen"])

@@ -301,6 +301,26 @@ def stack_batch(elements: Sequence[Any], batch_fn: Callable[[Sequence[Any]], Any
     return tree.stack(elements)
 
 
+def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:
+    """Stacks ``values`` leafwise and pads the batch with ``pad_value`` rows up to ``batch_size``;
+    pass it as ``batch_fn`` (with ``functools.partial``) to keep a smaller last batch at full shape
+    instead of dropping it."""
+    batch_size = tr.check_batch_size(batch_size)
+    if len(values) > batch_size:
+        raise ValueError(f"batch_and_pad got {len(values)} values for batch_size={batch_size}.")
+    stacked = stack_batch(values, None)
+    missing = batch_size - len(values)
+    if not missing:
+        return stacked
+
+    def pad(leaf: Any) -> np.ndarray:
+        leaf = np.asarray(leaf)
+        filler = np.full((missing, *leaf.shape[1:]), pad_value, dtype=leaf.dtype)
+        return np.concatenate([leaf, filler])
+
+    return tree.map_structure(pad, stacked)
+
+
 class BatchMapDataset(MapDataset):
     """Consecutive elements of each epoch, ``batch_size`` at a time; ``None`` elements are dropped."""
 

@@ -345,3 +345,28 @@ class _LazyChunk:
 
     def __getitem__(self, pos: int) -> Any:
         return self._ds._getitem(self._start + pos)
+
+
+def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
+    from grain_core.dataset import iterator_tree
+
+    found = [n for n in iterator_tree(ds_iter) if isinstance(n, PrefetchDatasetIterator)]
+    if len(found) != 1:
+        raise ValueError(
+            "get_next_index / set_next_index need an iterator over exactly one "
+            f"MapDataset.to_iter_dataset() stage; this one has {len(found)}."
+        )
+    return found[0]
+
+
+def get_next_index(ds_iter: DatasetIterator) -> int:
+    """The index of the ``MapDataset`` (below ``to_iter_dataset``) that ``ds_iter`` reads next."""
+    return int(_prefetch_iterator(ds_iter).get_state()["next_index"])
+
+
+def set_next_index(ds_iter: DatasetIterator, index: int) -> None:
+    """Makes ``ds_iter`` continue at ``index`` of its ``MapDataset`` (for a chain of 1:1 stages)."""
+    from grain_core.validation import check_int
+
+    it = _prefetch_iterator(ds_iter)
+    it.set_state({**it.get_state(), "next_index": check_int(index, "index")})

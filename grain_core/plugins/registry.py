@@ -51,6 +51,7 @@ KNOWN_PROVIDERS: dict[str, str] = {
     "TfdsDataSource": "grain-plugin-tfds",
     "FirstFitPackIterDataset": "grain-plugin-packing",
     "BestFitPackIterDataset": "grain-plugin-packing",
+    "BOSHandling": "grain-plugin-packing",
     "ConcatThenSplitIterDataset": "grain-plugin-packing",
     "InterleaveIterDataset": "grain-plugin-interleave",
     "WindowShuffleMapDataset": "grain-plugin-window-shuffle",

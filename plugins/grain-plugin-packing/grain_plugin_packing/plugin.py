@@ -1,7 +1,7 @@
 """Hook implementations registering the packing transformations in ``grain_core.experimental``."""
 
 from grain_core.plugins import hookimpl
-from grain_plugin_packing.concat import ConcatThenSplitIterDataset
+from grain_plugin_packing.concat import BOSHandling, ConcatThenSplitIterDataset
 from grain_plugin_packing.packing import BestFitPackIterDataset, FirstFitPackIterDataset
 
 
@@ -10,3 +10,4 @@ def register_transforms(register):
     register(FirstFitPackIterDataset)
     register(BestFitPackIterDataset)
     register(ConcatThenSplitIterDataset)
+    register(BOSHandling)
