@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from grain_core.validation import check_int
 
 __all__ = ["ReadOptions", "MultiprocessingOptions", "DatasetOptions"]
@@ -70,8 +72,18 @@ class DatasetOptions:
     def __post_init__(self):
         for name in ("filter_warn_threshold_ratio", "filter_raise_threshold_ratio"):
             v = getattr(self, name)
-            if v is not None and not 0.0 <= float(v) <= 1.0:
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise TypeError(
+                    f"DatasetOptions.{name} must be a number in [0, 1] or None, got "
+                    f"{type(v).__name__} {v!r}."
+                )
+            if not 0.0 <= float(v) <= 1.0:
                 raise ValueError(f"DatasetOptions.{name} must be in [0, 1] or None, got {v}.")
+        _non_negative_int(
+            "DatasetOptions", "filter_check_min_elements", self.filter_check_min_elements
+        )
 
     def merge(self, other: DatasetOptions | None) -> DatasetOptions:
         """Returns these options with fields unset here (None) taken from ``other``."""

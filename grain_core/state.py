@@ -16,9 +16,10 @@ Plugins build and check their iterator states with these functions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "expect_state",
     "fingerprint",
     "make_state",
+    "rollback_on_error",
 ]
 
 STATE_FORMAT_VERSION = 1
@@ -193,3 +195,26 @@ def check_json_state(state: Any) -> None:
         json.dumps(state, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise TypeError(f"iterator state is not JSON-serialisable: {e}") from e
+
+
+@contextlib.contextmanager
+def rollback_on_error(iterator: Any) -> Iterator[None]:
+    """Makes the body of a ``set_state`` atomic: if it raises, ``iterator`` is put back where it was.
+
+    Use it around the part of ``set_state`` that restores parents one after another, after the
+    checks that need no change (``expect_state``, :func:`check_same_pipeline`)::
+
+        def set_state(self, state):
+            expect_state(state, "MyIterDataset", ("parents",))
+            with rollback_on_error(self):
+                for parent, s in zip(self._parents, state["parents"]):
+                    parent.set_state(s)
+
+    A state refused half-way (by the second parent, say) then leaves every stage unchanged.
+    """
+    before = iterator.get_state()
+    try:
+        yield
+    except BaseException:
+        iterator.set_state(before)
+        raise

@@ -94,6 +94,7 @@ class Batch:
 
     def __post_init__(self):
         check_batch_size(self.batch_size)
+        check_batch_fn(self.batch_fn)
 
 
 def check_batch_size(batch_size: object) -> int:
@@ -101,6 +102,16 @@ def check_batch_size(batch_size: object) -> int:
     from grain_core.validation import check_int
 
     return check_int(batch_size, "batch_size", minimum=1)
+
+
+def check_batch_fn(batch_fn: object) -> Callable[[Sequence[Any]], Any] | None:
+    """Returns ``batch_fn`` if it is ``None`` or callable, else raises ``TypeError``."""
+    if batch_fn is not None and not callable(batch_fn):
+        raise TypeError(
+            "batch_fn must be a callable taking the list of elements of one batch (or None to "
+            f"stack them leafwise), got {type(batch_fn).__name__}."
+        )
+    return batch_fn
 
 
 class DatasetSelectionMap(abc.ABC):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grain_core import seeds as _seeds
@@ -41,7 +41,11 @@ class _OneParentIterator(DatasetIterator):
     def _extra_state(self) -> dict[str, Any]:
         return {}
 
-    def _set_extra_state(self, state: dict[str, Any]) -> None:
+    def _check_extra_state(self, state: Mapping[str, Any]) -> None:
+        """Raises ``StateMismatchError`` if ``state``'s own fields do not fit this iterator; changes
+        nothing. Called before anything is restored."""
+
+    def _set_extra_state(self, state: Mapping[str, Any]) -> None:
         pass
 
     def get_state(self):
@@ -49,8 +53,10 @@ class _OneParentIterator(DatasetIterator):
 
     def set_state(self, state):
         _state.expect_state(state, self.kind, ("parent", *self._extra_state()))
-        self._parent.set_state(state["parent"])
-        self._set_extra_state(state)
+        self._check_extra_state(state)
+        with _state.rollback_on_error(self):
+            self._parent.set_state(state["parent"])
+            self._set_extra_state(state)
 
 
 # --- pass-through stages ---------------------------------------------------------------------------
@@ -164,12 +170,14 @@ class _RandomMapIterator(_OneParentIterator):
     def _extra_state(self):
         return {"count": self._count, "seed": self._seed}
 
-    def _set_extra_state(self, state):
+    def _check_extra_state(self, state):
         if state["seed"] != self._seed:
             raise _state.StateMismatchError(
                 f"random_map state has seed {state['seed']}, this pipeline has {self._seed}: the "
                 "state comes from a different pipeline."
             )
+
+    def _set_extra_state(self, state):
         self._count = int(state["count"])
 
 
@@ -259,7 +267,7 @@ class BatchIterDataset(_OneParentIterDataset):
         super().__init__(parent)
         self._bs = tr.check_batch_size(batch_size)
         self._drop = bool(drop_remainder)
-        self._batch_fn = batch_fn
+        self._batch_fn = tr.check_batch_fn(batch_fn)
 
     def __iter__(self):
         return _BatchIterator(iter(self._parent), self._bs, self._drop, self._batch_fn)
@@ -290,11 +298,16 @@ class _BatchIterator(_OneParentIterator):
     def _extra_state(self):
         return {"batch_size": self._bs}
 
-    def _set_extra_state(self, state):
-        if state["batch_size"] != self._bs:
-            raise _state.StateMismatchError(
-                f"batch state has batch_size={state['batch_size']}, this pipeline has {self._bs}."
-            )
+    def _check_extra_state(self, state):
+        _check_batch_size_field(state, self._bs)
+
+
+def _check_batch_size_field(state: Mapping[str, Any], batch_size: int) -> None:
+    if state["batch_size"] != batch_size:
+        raise _state.StateMismatchError(
+            f"The {state['kind']!r} state has batch_size={state['batch_size']!r}, this pipeline has "
+            f"{batch_size}: the state comes from a different pipeline."
+        )
 
 
 class _SnapshotIterator(_OneParentIterator):
@@ -311,23 +324,34 @@ class _SnapshotIterator(_OneParentIterator):
         raise NotImplementedError
 
     def _pull(self) -> None:
-        self._before = self._parent.get_state()
-        self._pending = self._expand(next(self._parent))
-        self._taken = 0
+        """Expands the next parent element. On ``StopIteration`` (or an error) nothing changes, so
+        the state after exhaustion still points at the last element and restores to exhaustion."""
+        before = self._parent.get_state()
+        pending = self._expand(next(self._parent))
+        self._before, self._pending, self._taken = before, pending, 0
 
     def get_state(self):
         return _state.make_state(self.kind, parent=self._before, taken=self._taken, **self._extra_state())
 
     def set_state(self, state):
         _state.expect_state(state, self.kind, ("parent", "taken", *self._extra_state()))
-        self._set_extra_state(state)
-        self._parent.set_state(state["parent"])
-        self._before = state["parent"]
-        self._pending, self._taken = [], 0
+        self._check_extra_state(state)
         taken = int(state["taken"])
-        if taken:
-            self._pull()
-            self._taken = taken
+        if taken < 0:
+            raise _state.StateMismatchError(f"The {self.kind!r} state has taken={taken} < 0.")
+        with _state.rollback_on_error(self):
+            self._parent.set_state(state["parent"])
+            self._before = state["parent"]
+            self._pending, self._taken = [], 0
+            if taken:
+                try:
+                    self._pull()
+                except StopIteration:
+                    raise _state.StateMismatchError(
+                        f"The {self.kind!r} state is {taken} elements into a parent element, but "
+                        "the parent has no element there: the state comes from another pipeline."
+                    ) from None
+                self._taken = taken
 
 
 class FlatMapIterDataset(_OneParentIterDataset):
@@ -397,16 +421,17 @@ class _RebatchIterator(_SnapshotIterator):
     def _extra_state(self):
         return {"batch_size": self._bs}
 
+    def _check_extra_state(self, state):
+        _check_batch_size_field(state, self._bs)
+
     def __next__(self):
         pieces, need = [], self._bs
-        state_at_start = (self._before, self._taken)
         while need:
             if not self._pending or self._taken >= self._pending[1]:
                 try:
                     self._pull()
                 except StopIteration:
                     if not pieces or self._drop:
-                        self._before, self._taken = state_at_start
                         raise
                     break
                 continue
@@ -477,8 +502,9 @@ class _ZipIterator(DatasetIterator):
             raise _state.StateMismatchError(
                 f"zip state has {len(state['parents'])} parents, this pipeline has {len(self._parents)}."
             )
-        for p, s in zip(self._parents, state["parents"]):
-            p.set_state(s)
+        with _state.rollback_on_error(self):
+            for p, s in zip(self._parents, state["parents"]):
+                p.set_state(s)
 
 
 class RepeatIterDataset(_OneParentIterDataset):

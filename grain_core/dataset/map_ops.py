@@ -194,6 +194,10 @@ class SliceMapDataset(MapDataset):
             return []
         if self._len == 0:
             raise IndexError("Cannot read from an empty slice.")
+        if self._n >= sys.maxsize and int(idx.max()) >= self._len:
+            # Later epochs of a slice of an infinite parent lie past int64: read them one by one
+            # with Python ints, exactly as _getitem does.
+            return [self._getitem(int(i)) for i in idx]
         epoch, j = np.divmod(idx, self._len)
         return self._parent.__getitems__(self._start + j * self._step + epoch * self._n)
 
@@ -329,7 +333,7 @@ class BatchMapDataset(MapDataset):
         self._parent = parent
         self._bs = tr.check_batch_size(batch_size)
         self._drop = bool(drop_remainder)
-        self._batch_fn = batch_fn
+        self._batch_fn = tr.check_batch_fn(batch_fn)
         self._n = len(parent)
         if self._n >= sys.maxsize or self._drop:
             self._len = self._n // self._bs
@@ -388,7 +392,9 @@ class RepeatMapDataset(MapDataset):
             num_epochs = check_int(num_epochs, "repeat(num_epochs) (or None)", minimum=1)
         self._parent = parent
         self._epochs = num_epochs
-        self._len = sys.maxsize if num_epochs is None else n * num_epochs
+        # Repeating an empty dataset gives an empty one (as in Grain), never an infinite dataset
+        # that fails on its first read.
+        self._len = n * num_epochs if num_epochs is not None else (sys.maxsize if n else 0)
 
     def __len__(self):
         return self._len

@@ -156,7 +156,9 @@ class SelectionMapDataset(MapDataset):
         return self._len
 
     def _getitem(self, index):
-        d, j = self._map[index % self._len] if self._len else (0, 0)
+        if self._len == 0:
+            raise IndexError("Cannot read from an empty selection map (length 0).")
+        d, j = self._map[index % self._len]
         if not 0 <= d < len(self._parents):
             raise IndexError(f"selection map chose dataset {d}, but there are {len(self._parents)}.")
         return self._parents[d]._getitem(j)
@@ -168,6 +170,11 @@ class MixedIterDataset(IterDataset):
     def __init__(self, datasets: Any, weights: Any = None):
         if isinstance(datasets, Mapping):
             names = [str(k) for k in datasets]
+            if len(set(names)) != len(names):
+                raise ValueError(
+                    "IterDataset.mix: component names must be distinct as strings (they key the "
+                    f"iterator state), got {list(datasets)}."
+                )
             if weights is not None:
                 if not isinstance(weights, Mapping) or set(map(str, weights)) != set(names):
                     raise ValueError(
@@ -218,16 +225,27 @@ class _MixedIterator(DatasetIterator):
         )
 
     def set_state(self, state):
-        _state.expect_state(
-            state, "MixedIterDataset", ("position", "parents"), counts=list(self._ds._pattern.counts)
-        )
-        missing = set(self._ds._names) - set(state["parents"])
-        if missing:
+        _state.expect_state(state, "MixedIterDataset", ("position", "parents"))
+        if not isinstance(state["parents"], Mapping):
+            raise _state.StateMismatchError("IterDataset.mix state: 'parents' is not a dict.")
+        names, saved = set(self._ds._names), set(state["parents"])
+        if names != saved:
+            added, removed = sorted(names - saved), sorted(saved - names)
             raise _state.StateMismatchError(
-                f"IterDataset.mix state has no position for component(s) {sorted(missing)}: it was "
-                "saved by a mix of other datasets."
+                "IterDataset.mix state was saved by a mix of other components: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"component(s) {added} were added since" if added else "",
+                        f"component(s) {removed} were removed since" if removed else "",
+                    )
+                    if part
+                )
+                + ". Restore it into a mix of the same named datasets."
             )
-        for n, it in zip(self._ds._names, self._parents):
-            it.set_state(state["parents"][n])
-        self._pos = int(state["position"])
-        self._done = bool(state.get("exhausted", False))
+        _state.expect_state(state, "MixedIterDataset", counts=list(self._ds._pattern.counts))
+        with _state.rollback_on_error(self):
+            for n, it in zip(self._ds._names, self._parents):
+                it.set_state(state["parents"][n])
+            self._pos = int(state["position"])
+            self._done = bool(state.get("exhausted", False))

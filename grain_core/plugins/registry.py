@@ -164,7 +164,9 @@ class Registry:
                 module = ep.load()
                 self._add(module, info)
             except Exception as e:  # a broken plugin must not break grain_core
+                self._discard(ep.name)
                 info.status = "failed"
+                info.provides = []
                 info.error = f"{type(e).__name__}: {e}"
                 self.plugins[ep.name] = info
                 if strict:
@@ -181,6 +183,11 @@ class Registry:
                 )
 
     def _add(self, plugin: Any, info: PluginInfo) -> None:
+        if self.pm.is_registered(plugin):
+            # Already loaded (e.g. from its entry point, then registered explicitly too): its hooks
+            # ran once; running them again would only report conflicts with itself.
+            self.plugins.setdefault(info.name, info)
+            return
         self.pm.register(plugin, name=info.name if info.name not in self.plugins else None)
         self.plugins[info.name] = info
         hook_impls = {
@@ -194,6 +201,21 @@ class Registry:
                 if impl.plugin is not plugin:
                     continue
                 impl.function(register=self._make_register(hook_name, info))
+
+    def _discard(self, plugin_name: str) -> None:
+        """Forgets everything a plugin that failed half-way through loading registered."""
+        self.provided = {k: v for k, v in self.provided.items() if v.plugin != plugin_name}
+        for key in list(self.conflicts):
+            kept = [p for p in self.conflicts[key] if p.plugin != plugin_name]
+            if len(kept) > 1:
+                self.conflicts[key] = kept
+            else:
+                del self.conflicts[key]
+                if kept:
+                    self.provided[key] = kept[0]
+        registered = self.pm.get_plugin(plugin_name)
+        if registered is not None:
+            self.pm.unregister(registered)
 
     def _make_register(self, hook_name: str, info: PluginInfo):
         def register(obj: Any, name: str | None = None, **options: Any) -> None:

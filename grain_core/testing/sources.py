@@ -26,7 +26,11 @@ def check_source(source: Any, *, sample: int = 64, seed: int = 0, mp_workers: in
     n = len(source)
     assert isinstance(n, int) and n >= 0, f"len(source) must be a non-negative int, got {n!r}"
     if n == 0:
-        return
+        try:
+            source[0]
+        except IndexError:
+            return
+        raise AssertionError("source[0] of an empty source (len 0) must raise IndexError")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=min(sample, n)).tolist() + [0, n - 1]
     single = [source[i] for i in idx]
@@ -44,7 +48,13 @@ def check_source(source: Any, *, sample: int = 64, seed: int = 0, mp_workers: in
     else:
         raise AssertionError(f"source[{n}] (== len) must raise IndexError")
     for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, pickle.loads)):
-        clone = loads(dumps(source))
+        try:
+            clone = loads(dumps(source))
+        except Exception as e:
+            raise AssertionError(
+                f"the source must survive a {dumps.__module__} round trip (mp_prefetch workers "
+                f"receive it pickled), but it failed: {type(e).__name__}: {e}"
+            ) from e
         assert len(clone) == n, "len changed after pickling"
         assert_elements_equal(single, [clone[i] for i in idx], "records after a pickle round trip")
     ds = grain.MapDataset.source(source)
