@@ -187,3 +187,28 @@ def test_console_script_lists_plugins():
     )
     out = subprocess.run([exe, "plugins", "--json"], capture_output=True, text=True, check=True)
     assert "grain-plugin-range" in {row["distribution"] for row in json.loads(out.stdout)}
+
+
+def test_lookups_during_reloads_always_see_a_complete_discovery(fresh_plugins):
+    errors, stop = [], threading.Event()
+
+    def look():
+        while not stop.is_set():
+            try:
+                assert grain.sources.RangeDataSource is not None
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+                return
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threads = [threading.Thread(target=look) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for _ in range(30):
+            plugins.reload_plugins()
+            plugins.load_plugins()
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]

@@ -108,16 +108,13 @@ class PluginInfo:
         return dataclasses.asdict(self)
 
 
-class Registry:
-    """Holds the pluggy manager, the plugin list and every provided name."""
+class Discovery:
+    """One discovery's result: the pluggy manager, the plugin list and every provided name.
+
+    Built whole by :meth:`Registry.ensure_loaded` and then swapped in, so a lookup always sees one
+    complete discovery, never a half-built one."""
 
     def __init__(self):
-        self._lock = threading.RLock()
-        self._loaded = False
-        self._explicit: list[tuple[Any, str]] = []
-        self._reset()
-
-    def _reset(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
@@ -126,18 +123,12 @@ class Registry:
 
     # --- loading ----------------------------------------------------------------------------------
 
-    def ensure_loaded(self) -> None:
-        if self._loaded:
-            return
-        with self._lock:
-            if self._loaded:
-                return
-            self._reset()
-            if not _truthy(os.environ.get(ENV_DISABLE_AUTOLOAD)):
-                self._load_entry_points()
-            for plugin, name in self._explicit:
-                self._add(plugin, PluginInfo(name, "", "", "", "registered"))
-            self._loaded = True
+    def load(self, explicit: list[tuple[Any, str]]) -> None:
+        """Loads entry points (unless autoload is disabled) and then the explicit plugins."""
+        if not _truthy(os.environ.get(ENV_DISABLE_AUTOLOAD)):
+            self._load_entry_points()
+        for plugin, name in explicit:
+            self._add(plugin, PluginInfo(name, "", "", "", "registered"))
 
     def _load_entry_points(self) -> None:
         allow = _names(os.environ.get(ENV_ALLOW))
@@ -277,7 +268,6 @@ class Registry:
     # --- lookups ----------------------------------------------------------------------------------
 
     def lookup(self, namespace: str, name: str, where: str) -> Any:
-        self.ensure_loaded()
         key = (namespace, name)
         if key in self.conflicts:
             raise self._conflict_error(key)
@@ -300,8 +290,47 @@ class Registry:
         return f"{where}.{name} is provided by the plugin {provider}; install it: pip install {provider}"
 
     def names(self, namespace: str) -> list[str]:
-        self.ensure_loaded()
         return sorted({n for (space, n) in self.provided if space == namespace})
+
+
+class Registry:
+    """The process-wide registry: explicit registrations and the current :class:`Discovery`."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._explicit: list[tuple[Any, str]] = []
+        self._current = Discovery()
+
+    def ensure_loaded(self) -> Discovery:
+        """Runs discovery if it has not run since the last change; returns the current result."""
+        if self._loaded:
+            return self._current
+        with self._lock:
+            if not self._loaded:
+                discovery = Discovery()
+                discovery.load(list(self._explicit))
+                self._current = discovery
+                self._loaded = True
+            return self._current
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        return self.ensure_loaded().pm
+
+    @property
+    def plugins(self) -> dict[str, PluginInfo]:
+        return self.ensure_loaded().plugins
+
+    @property
+    def provided(self) -> dict[tuple[str, str], Provided]:
+        return self.ensure_loaded().provided
+
+    def lookup(self, namespace: str, name: str, where: str) -> Any:
+        return self.ensure_loaded().lookup(namespace, name, where)
+
+    def names(self, namespace: str) -> list[str]:
+        return self.ensure_loaded().names(namespace)
 
     # --- explicit registration ----------------------------------------------------------------------
 
