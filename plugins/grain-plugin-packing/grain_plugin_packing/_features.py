@@ -63,20 +63,36 @@ class FeatureSpec:
         if unknown:
             raise ValueError(f"{owner}: meta_features {unknown} are not features of length_struct.")
         self.meta = [bool(p and (p[-1] in meta or path_name(p) in meta)) for p in self.paths]
-        self.pads: list[Any] = [0] * len(self.paths)
-        if padding_struct is not None:
-            pads = dict(flatten(padding_struct))
-            extra = sorted(path_name(p) for p in pads if p not in set(self.paths))
-            if extra:
-                raise ValueError(
-                    f"{owner}: padding_struct has features {extra} not in length_struct."
-                )
-            self.pads = [0 if pads.get(p) is None else pads[p] for p in self.paths]
+        self.pads: list[Any] = self.per_feature(padding_struct, "padding_struct", 0)
         # Outputs keep dicts and add sibling keys when every packed leaf sits in a dict.
         self.sibling_keys = all(p and isinstance(p[-1], str) for p in self.paths)
         self.template = length_struct
         self.trailing: list[tuple[int, ...]] | None = None
         self.dtypes: list[np.dtype] | None = None
+
+    def per_feature(self, struct: Any, what: str, default: Any) -> list[Any]:
+        """``struct``'s leaves in ``self.paths`` order (``default`` where a feature is left out or
+        None); a leaf that is not a feature of ``length_struct`` raises ``ValueError``."""
+        if struct is None:
+            return [default] * len(self.paths)
+        leaves = dict(flatten(struct))
+        known = set(self.paths)
+        extra = sorted(path_name(p) for p in leaves if p not in known)
+        if extra:
+            raise ValueError(f"{self.owner}: {what} has features {extra} not in length_struct.")
+        return [default if leaves.get(p) is None else leaves[p] for p in self.paths]
+
+    def index(self, name: Any, what: str) -> int:
+        """Index of the feature called ``name`` (its key or its ``a/b`` path); ``ValueError`` if
+        there is none or the name is ambiguous."""
+        hits = [
+            i for i, p in enumerate(self.paths) if (p and p[-1] == name) or path_name(p) == name
+        ]
+        if len(hits) != 1:
+            known = [path_name(p) for p in self.paths]
+            problem = "is not a feature of" if not hits else "names several features of"
+            raise ValueError(f"{self.owner}: {what} {name!r} {problem} length_struct {known}.")
+        return hits[0]
 
     def arrays(self, element: Any) -> list[np.ndarray]:
         """The element's feature arrays in ``self.paths`` order; raises on a mismatch."""

@@ -5,7 +5,17 @@ the fullest bin (best fit) where every feature fits and the bin holds fewer than
 ``max_sequences_per_bin`` sequences. When an element fits nowhere, the round ends: its non-empty
 bins are yielded (in bin order, or shuffled with ``shuffle_bins``) and the element starts the next
 round. At the end of the input the last round's bins are yielded. A feature longer than its target
-length is truncated to it (never dropped); elements whose features are all empty are skipped.
+length is truncated to it (never dropped); an element whose features are all empty still takes a
+segment id (as in grain), so a bin can hold only empty sequences and come out as padding.
+
+``pack_alignment_struct`` gives a per-feature alignment: after each sequence the feature's next free
+cell is rounded up to a multiple of it (the cells skipped are padding: padding value, segment id 0,
+position 0). A sequence fits when its unaligned length fits the cells left; the rounding may pass
+the target, which closes the bin to that feature (even to empty sequences).
+
+``shuffle_bins_group_by_feature`` (only with ``shuffle_bins``): the shuffled bins are stably sorted
+by the mean of the distinct non-zero values of that feature in each packed row (padding included, 0
+when there are none), so bins of the same group come out together.
 
 Each packed feature ``f`` comes out padded to its target length with its padding value (0 unless
 ``padding_struct`` says otherwise) next to ``f_segment_ids`` (1-based per packed example, 0 on
@@ -27,7 +37,7 @@ import numpy as np
 import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
-from grain_plugin_packing._features import FeatureSpec, _positive
+from grain_plugin_packing._features import FeatureSpec, _positive, path_name
 
 __all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
 
@@ -43,7 +53,9 @@ class _PackIterDataset(grain.IterDataset):
         num_packing_bins: int,
         seed: int | None = None,
         shuffle_bins: bool = True,
+        shuffle_bins_group_by_feature: str | None = None,
         meta_features: Collection[str] = (),
+        pack_alignment_struct: Any = None,
         padding_struct: Any = None,
         max_sequences_per_bin: int | None = None,
     ):
@@ -53,7 +65,18 @@ class _PackIterDataset(grain.IterDataset):
         super().__init__(parent)
         self._parent = parent
         self._spec_args = (name, length_struct, tuple(meta_features), padding_struct)
-        FeatureSpec(*self._spec_args)  # validate eagerly
+        spec = FeatureSpec(*self._spec_args)  # validate eagerly
+        self._align = [
+            _positive(a, f"{name}: pack_alignment_struct[{path_name(p)}]")
+            for p, a in zip(
+                spec.paths, spec.per_feature(pack_alignment_struct, "pack_alignment_struct", 1)
+            )
+        ]
+        self._group_by = (
+            None
+            if shuffle_bins_group_by_feature is None
+            else spec.index(shuffle_bins_group_by_feature, "shuffle_bins_group_by_feature")
+        )
         self._bins = _positive(num_packing_bins, f"{name}: num_packing_bins")
         self._max_seq = (
             None
@@ -69,7 +92,7 @@ class _PackIterDataset(grain.IterDataset):
     def __str__(self) -> str:
         return (
             f"{type(self).__name__}(num_packing_bins={self._bins}, shuffle_bins={self._shuffle}, "
-            f"seed={self._seed})"
+            f"seed={self._seed}, pack_alignment={self._align}, group_by={self._group_by})"
         )
 
 
@@ -93,6 +116,9 @@ class _Round:
         self.data: list[np.ndarray] = []
         self.seg: list[np.ndarray] = []
         self.pos: list[np.ndarray] = []
+        # Target minus the first free cell per bin and feature. With alignment the free cell is
+        # rounded up to a multiple of the alignment, so this can drop below zero (the bin is then
+        # closed to that feature, even to empty sequences, as in grain).
         self.remaining = np.tile(spec.lengths, (bins, 1))
         self.counts = np.zeros(bins, dtype=np.int64)
         self.order: list[int] = []
@@ -122,7 +148,11 @@ class _PackIterator(grain.DatasetIterator):
             ds._max_seq,
             ds._shuffle,
             ds._seed,
+            ds._align,
+            ds._group_by,
         )
+        self._alignments = np.array(ds._align, dtype=np.int64)
+        self._aligned = bool((self._alignments > 1).any())
 
     # --- packing ------------------------------------------------------------------------------------
 
@@ -155,8 +185,6 @@ class _PackIterator(grain.DatasetIterator):
                     break
                 read += 1
             lengths = np.minimum([len(a) for a in arrays], targets)
-            if not lengths.any():
-                continue
             fits = (rnd.remaining >= lengths).all(axis=1)
             if max_seq is not None:
                 fits &= rnd.counts < max_seq
@@ -177,13 +205,13 @@ class _PackIterator(grain.DatasetIterator):
                     rnd.data[f][b, off : off + n] = a[:n]
                     rnd.seg[f][b, off : off + n] = seg_id
                     rnd.pos[f][b, off : off + n] = self._aranges[f][:n]
-            rnd.remaining[b] -= lengths
+            if self._aligned:  # the next sequence starts at a multiple of the alignment
+                ends = targets - rnd.remaining[b] + lengths
+                rnd.remaining[b] = targets - -(-ends // self._alignments) * self._alignments
+            else:
+                rnd.remaining[b] -= lengths
             rnd.counts[b] = seg_id
-        used = np.flatnonzero(rnd.counts).tolist()
-        if ds._shuffle and len(used) > 1:
-            perm = _seeds.element_rng(ds._seed, self._round_no).permutation(len(used))
-            used = [used[i] for i in perm.tolist()]
-        rnd.order = used
+        rnd.order = self._order(rnd)
         self._round = rnd
         # The next round is rebuilt from `start` by skipping all but the last element read (the
         # carry), or, without a carry, from wherever the parent is now.
@@ -191,6 +219,27 @@ class _PackIterator(grain.DatasetIterator):
             self._next_anchor = (start, read - 1, True)
         else:
             self._next_anchor = (self._parent.get_state(), 0, False)
+
+    def _order(self, rnd: _Round) -> list[int]:
+        """The order in which the round's non-empty bins are yielded."""
+        ds = self._ds
+        used = np.flatnonzero(rnd.counts)
+        if not ds._shuffle or len(used) < 2:
+            return used.tolist()
+        used = used[_seeds.element_rng(ds._seed, self._round_no).permutation(len(used))]
+        if ds._group_by is not None:
+            # Stable sort of the shuffled bins by the mean of the distinct non-zero values of the
+            # group feature in each packed row (padding included; 0 when there are none).
+            rows = rnd.data[ds._group_by][used].reshape(len(used), -1)
+            rows = np.sort(rows, axis=1)
+            distinct = np.ones(rows.shape, dtype=bool)
+            distinct[:, 1:] = rows[:, 1:] != rows[:, :-1]
+            counted = distinct & (rows != 0)
+            totals = np.where(counted, rows, 0).sum(axis=1, dtype=np.float64)
+            counts = counted.sum(axis=1)
+            means = np.divide(totals, counts, out=np.zeros(len(used)), where=counts > 0)
+            used = used[np.argsort(means, kind="stable")]
+        return used.tolist()
 
     def __next__(self):
         while True:

@@ -199,21 +199,73 @@ def _cts(docs, **kw):
     return grain.experimental.ConcatThenSplitIterDataset(_src(docs), **kw)
 
 
-def test_concat_then_split_rows():
-    docs = [{"t": np.arange(1, n + 1), "m": np.full(n, n)} for n in (3, 5, 2, 7, 1, 4)]
-    rows = list(_cts(docs, length_struct={"t": 8, "m": 8}, meta_features=("m",)))
-    assert [r["t"].tolist() for r in rows] == [
-        [1, 2, 3, 1, 2, 3, 4, 5],
-        [1, 2, 1, 2, 3, 4, 5, 6],
-        [7, 1, 1, 2, 3, 4, 0, 0],
+def test_concat_then_split_meta_features_are_not_split():
+    # Pinned against grain 0.2.18: meta features have their own target, are never split (every
+    # piece carries the whole meta feature) and an element whose meta feature does not fit the rest
+    # of the row starts a new row; an element with empty sequences still takes a segment id.
+    docs = [
+        {"t": np.arange(1, n + 1), "m": np.full(k, 10 + i)}
+        for i, (n, k) in enumerate([(3, 1), (5, 2), (2, 1), (7, 1), (0, 1), (4, 2)])
     ]
-    assert rows[2]["t_segment_ids"].tolist() == [1, 2, 3, 3, 3, 3, 0, 0]
-    assert rows[2]["t_positions"].tolist() == [0, 0, 0, 1, 2, 3, 0, 0]
-    assert "m_segment_ids" not in rows[0]
-    assert np.concatenate([r["t"][r["t_segment_ids"] > 0] for r in rows]).size == 22
+    for split_full in (True, False):
+        rows = list(
+            _cts(
+                docs,
+                length_struct={"t": 6, "m": 3},
+                meta_features=("m",),
+                split_full_length_features=split_full,
+            )
+        )
+        assert [r["t"].tolist() for r in rows] == [
+            [1, 2, 3, 1, 2, 3],
+            [4, 5, 1, 2, 0, 0],
+            [1, 2, 3, 4, 5, 6],
+            [7, 0, 0, 0, 0, 0],
+            [1, 2, 3, 4, 0, 0],
+        ]
+        assert [r["m"].tolist() for r in rows] == [
+            [10, 11, 11],
+            [11, 11, 12],
+            [13, 0, 0],
+            [13, 14, 0],
+            [15, 15, 0],
+        ]
+        assert [r["t_segment_ids"].tolist() for r in rows] == [
+            [1, 1, 1, 2, 2, 2],
+            [1, 1, 2, 2, 0, 0],
+            [1, 1, 1, 1, 1, 1],
+            [1, 0, 0, 0, 0, 0],
+            [1, 1, 1, 1, 0, 0],
+        ]
+        assert [r["t_positions"].tolist() for r in rows][:2] == [
+            [0, 1, 2, 0, 1, 2],
+            [0, 1, 0, 1, 0, 0],
+        ]
+        assert "m_segment_ids" not in rows[0]
+
+
+def test_concat_then_split_long_meta_feature_is_truncated():
+    # grain fails on a meta feature longer than its target; here it is truncated to the target and
+    # its element is still packed (and split) as usual.
+    docs = [
+        {"t": np.arange(1, 7), "m": np.arange(1, 6)},
+        {"t": np.arange(1, 3), "m": np.arange(1, 2)},
+    ]
+    rows = list(_cts(docs, length_struct={"t": 4, "m": 3}, meta_features=("m",)))
+    assert [r["t"].tolist() for r in rows] == [[1, 2, 3, 4], [5, 6, 0, 0], [1, 2, 0, 0]]
+    assert [r["m"].tolist() for r in rows] == [[1, 2, 3], [1, 2, 3], [1, 0, 0]]
+
+
+def test_concat_then_split_empty_elements_take_segment_ids():
+    # Pinned against grain 0.2.18.
+    docs = [{"t": np.arange(1, n + 1)} for n in (3, 0, 2, 0, 1, 0)]
+    rows = list(_cts(docs, length_struct={"t": 3}))
+    assert [r["t"].tolist() for r in rows] == [[1, 2, 3], [1, 2, 1]]
+    assert [r["t_segment_ids"].tolist() for r in rows] == [[1, 1, 1], [1, 1, 3]]
 
 
 def test_concat_then_split_bos():
+    # Pinned against grain 0.2.18: the first token of every piece becomes BOS.
     docs = [{"t": np.arange(1, n + 1)} for n in (6, 6)]
     rows = list(
         _cts(
@@ -223,7 +275,83 @@ def test_concat_then_split_bos():
             bos_token_id=99,
         )
     )
-    assert [r["t"].tolist() for r in rows] == [[1, 2, 3, 4], [99, 6, 1, 2], [99, 4, 5, 6]]
+    assert [r["t"].tolist() for r in rows] == [[99, 2, 3, 4], [99, 6, 99, 2], [99, 4, 5, 6]]
+    assert [r["t_positions"].tolist() for r in rows] == [[0, 1, 2, 3], [0, 1, 0, 1], [0, 1, 2, 3]]
+
+
+def _numbered(lens):
+    return [{"t": np.arange(1, n + 1) + 10 * i} for i, n in enumerate(lens)]
+
+
+def test_concat_then_split_full_length_features_pass_through():
+    # Pinned against grain 0.2.18: full-length elements are rows of their own, queued behind the
+    # row being filled when they were read.
+    rows = list(
+        _cts(
+            _numbered([3, 6, 2, 6, 5, 1, 6]),
+            length_struct={"t": 6},
+            split_full_length_features=False,
+        )
+    )
+    assert [r["t"].tolist() for r in rows] == [
+        [1, 2, 3, 21, 22, 41],
+        [11, 12, 13, 14, 15, 16],
+        [31, 32, 33, 34, 35, 36],
+        [42, 43, 44, 45, 51, 0],
+        [61, 62, 63, 64, 65, 66],
+    ]
+    assert [r["t_segment_ids"].tolist() for r in rows] == [
+        [1, 1, 1, 2, 2, 3],
+        [1, 1, 1, 1, 1, 1],
+        [1, 1, 1, 1, 1, 1],
+        [1, 1, 1, 1, 2, 0],
+        [1, 1, 1, 1, 1, 1],
+    ]
+    assert [r["t_positions"].tolist() for r in rows][3] == [0, 1, 2, 3, 0, 0]
+    rows = list(
+        _cts(_numbered([6, 6, 3, 6]), length_struct={"t": 6}, split_full_length_features=False)
+    )
+    assert [r["t"].tolist() for r in rows] == [
+        [21, 22, 23, 0, 0, 0],
+        [1, 2, 3, 4, 5, 6],
+        [11, 12, 13, 14, 15, 16],
+        [31, 32, 33, 34, 35, 36],
+    ]
+    # Longer elements are still split, never dropped.
+    rows = list(
+        _cts(_numbered([2, 7, 6, 3]), length_struct={"t": 6}, split_full_length_features=False)
+    )
+    assert [r["t"].tolist() for r in rows] == [
+        [1, 2, 11, 12, 13, 14],
+        [15, 16, 17, 31, 32, 33],
+        [21, 22, 23, 24, 25, 26],
+    ]
+
+
+@pytest.mark.parametrize("split_full", [True, False])
+def test_concat_then_split_checkpoints_with_meta_and_pass_through(split_full):
+    rng = np.random.default_rng(7)
+    docs = [
+        {
+            "t": np.arange(int(rng.choice([0, 5, 5, int(rng.integers(1, 14))]))) + 100 * i,
+            "m": np.full(int(rng.integers(0, 4)), i + 1),
+        }
+        for i in range(40)
+    ]
+    mk = lambda: _cts(  # noqa: E731
+        docs,
+        length_struct={"t": 5, "m": 3},
+        meta_features=("m",),
+        split_full_length_features=split_full,
+    )
+    testing.assert_equal_output_after_checkpoint(mk(), checkpoints=range(200))
+    testing.check_deterministic(mk)
+    it = iter(mk())
+    states = []
+    for _ in it:
+        states.append(it.get_state())
+    replays = [s["replay"] for s in states]
+    assert (max(replays) > 0) == (not split_full)  # queued rows are replayed on restore
 
 
 def test_concat_then_split_checkpoints():
@@ -239,19 +367,46 @@ def test_concat_then_split_bad_inputs():
         list(_cts([{"a": np.arange(3), "b": np.arange(2)}], length_struct={"a": 4, "b": 4}))
     with pytest.raises(ValueError, match="equal"):
         _cts([], length_struct={"a": 4, "b": 5})
+    _cts([], length_struct={"a": 4, "b": 5}, meta_features=("b",))  # meta targets are their own
     with pytest.raises(ValueError, match="bos_token_id"):
         _cts([], length_struct={"a": 4}, bos_handling="replace_first_token_with_bos")
     with pytest.raises(ValueError, match="bos_handling"):
         _cts([], length_struct={"a": 4}, bos_handling="nope")
+    with pytest.raises(ValueError, match="do_nothing"):
+        _cts([], length_struct={"a": 4}, bos_token_id=1)
+    with pytest.raises(ValueError, match="overlap"):
+        _cts(
+            [],
+            length_struct={"a": 4, "m": 2},
+            meta_features=("m",),
+            bos_handling="replace_first_token_with_bos",
+            bos_features=("a", "m"),
+            bos_token_id=1,
+        )
+    with pytest.raises(TypeError, match="split_full_length_features"):
+        _cts([], length_struct={"a": 4}, split_full_length_features="no")
     with pytest.raises(ValueError, match="missing"):
         list(_cts([{"a": np.arange(3)}], length_struct={"b": 4}))
+
+
+def test_concat_then_split_refuses_foreign_state():
+    docs = _numbered([3, 6, 2, 6, 5])
+    it = iter(_cts(docs, length_struct={"t": 6}, split_full_length_features=False))
+    next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    with pytest.raises(StateMismatchError):
+        iter(_cts(docs, length_struct={"t": 6})).set_state(state)
+    with pytest.raises(StateMismatchError):
+        iter(_cts(docs, length_struct={"t": 5}, split_full_length_features=False)).set_state(state)
 
 
 # --- outputs pinned against google's grain 0.2.18 (observed on the same inputs) ----------------------
 
 
 def _ab(lens):
-    return [{"a": np.arange(1, n + 1) * 10 + i, "b": np.arange(n) + 100 * i} for i, n in enumerate(lens)]
+    return [
+        {"a": np.arange(1, n + 1) * 10 + i, "b": np.arange(n) + 100 * i} for i, n in enumerate(lens)
+    ]
 
 
 @pytest.mark.parametrize("name", PACKERS)
@@ -289,7 +444,13 @@ def test_rows_match_grain(name):
 def test_feature_missing_from_length_struct_is_named():
     FF = grain.experimental.FirstFitPackIterDataset
     with pytest.raises(ValueError, match=r"not in length_struct \['b'\]"):
-        list(FF(_src([{"a": np.arange(3), "b": np.arange(2)}]), length_struct={"a": 4}, num_packing_bins=1))
+        list(
+            FF(
+                _src([{"a": np.arange(3), "b": np.arange(2)}]),
+                length_struct={"a": 4},
+                num_packing_bins=1,
+            )
+        )
 
 
 def test_dtype_change_between_elements_is_refused():
@@ -331,4 +492,235 @@ def test_concat_then_split_matches_grain_without_meta_features():
 def test_cli_lists_the_plugin_with_its_version():
     from grain_core import testing as kit
 
-    kit.check_plugin_listed("packing", "grain-plugin-packing", ["FirstFitPackIterDataset", "BestFitPackIterDataset", "ConcatThenSplitIterDataset"])
+    kit.check_plugin_listed(
+        "packing",
+        "grain-plugin-packing",
+        ["FirstFitPackIterDataset", "BestFitPackIterDataset", "ConcatThenSplitIterDataset"],
+    )
+
+
+# --- pack_alignment_struct, empty elements, shuffle_bins_group_by_feature ----------------------------
+
+
+def _aligned_docs():
+    lens = [(3, 2), (2, 5), (4, 1), (1, 1), (5, 3)]
+    return [
+        {"a": np.arange(1, n + 1) * 10 + i, "b": np.arange(m) + 100 * i}
+        for i, (n, m) in enumerate(lens)
+    ]
+
+
+@pytest.mark.parametrize("name", PACKERS)
+def test_pack_alignment_matches_grain(name):
+    # Pinned against grain 0.2.18 (first and best fit give the same rows here).
+    rows = list(
+        getattr(grain.experimental, name)(
+            _src(_aligned_docs()),
+            length_struct={"a": 10, "b": 10},
+            num_packing_bins=2,
+            shuffle_bins=False,
+            pack_alignment_struct={"a": 2, "b": 3},
+            padding_struct={"a": -1, "b": -2},
+        )
+    )
+    assert [r["a"].tolist() for r in rows] == [
+        [10, 20, 30, -1, 11, 21, 12, 22, 32, 42],
+        [13, -1, 14, 24, 34, 44, 54, -1, -1, -1],
+    ]
+    assert [r["a_segment_ids"].tolist() for r in rows] == [
+        [1, 1, 1, 0, 2, 2, 3, 3, 3, 3],
+        [1, 0, 2, 2, 2, 2, 2, 0, 0, 0],
+    ]
+    assert [r["a_positions"].tolist() for r in rows] == [
+        [0, 1, 2, 0, 0, 1, 0, 1, 2, 3],
+        [0, 0, 0, 1, 2, 3, 4, 0, 0, 0],
+    ]
+    assert [r["b"].tolist() for r in rows] == [
+        [0, 1, -2, 100, 101, 102, 103, 104, -2, 200],
+        [300, -2, -2, 400, 401, 402, -2, -2, -2, -2],
+    ]
+    assert [r["b_segment_ids"].tolist() for r in rows] == [
+        [1, 1, 0, 2, 2, 2, 2, 2, 0, 3],
+        [1, 0, 0, 2, 2, 2, 0, 0, 0, 0],
+    ]
+    assert [r["b_positions"].tolist() for r in rows] == [
+        [0, 1, 0, 0, 1, 2, 3, 4, 0, 0],
+        [0, 0, 0, 0, 1, 2, 0, 0, 0, 0],
+    ]
+    # Alignment 4 on a target of 10: a length-1 sequence still fits at cell 8 (unaligned fit).
+    rows = list(
+        getattr(grain.experimental, name)(
+            _src(_aligned_docs()),
+            length_struct={"a": 10, "b": 10},
+            num_packing_bins=2,
+            shuffle_bins=False,
+            pack_alignment_struct={"a": 4},
+        )
+    )
+    assert [r["a"].tolist() for r in rows] == [
+        [10, 20, 30, 0, 11, 21, 0, 0, 13, 0],
+        [12, 22, 32, 42, 14, 24, 34, 44, 54, 0],
+    ]
+    assert [r["b_segment_ids"].tolist() for r in rows] == [
+        [1, 1, 2, 2, 2, 2, 2, 3, 0, 0],
+        [1, 2, 2, 2, 0, 0, 0, 0, 0, 0],
+    ]
+
+
+@pytest.mark.parametrize("name", PACKERS)
+def test_alignment_past_the_target_closes_the_bin(name):
+    # Pinned against grain 0.2.18: after [4, 4, 1] tokens with alignment 4 the next free cell of `a`
+    # is 12 > 10, so even an element with an empty `a` goes to the next bin.
+    lens = [(4, 1), (4, 1), (1, 1), (0, 1), (2, 1)]
+    docs = [
+        {"a": np.arange(1, n + 1) + 10 * i, "b": np.arange(1, m + 1)}
+        for i, (n, m) in enumerate(lens)
+    ]
+    rows = list(
+        getattr(grain.experimental, name)(
+            _src(docs),
+            length_struct={"a": 10, "b": 10},
+            num_packing_bins=2,
+            shuffle_bins=False,
+            pack_alignment_struct={"a": 4, "b": 1},
+        )
+    )
+    assert [r["a"].tolist() for r in rows] == [
+        [1, 2, 3, 4, 11, 12, 13, 14, 21, 0],
+        [41, 42, 0, 0, 0, 0, 0, 0, 0, 0],
+    ]
+    assert [r["a_segment_ids"].tolist() for r in rows] == [
+        [1, 1, 1, 1, 2, 2, 2, 2, 3, 0],
+        [2, 2, 0, 0, 0, 0, 0, 0, 0, 0],
+    ]
+    assert [r["b_segment_ids"].tolist() for r in rows] == [
+        [1, 2, 3, 0, 0, 0, 0, 0, 0, 0],
+        [1, 2, 0, 0, 0, 0, 0, 0, 0, 0],
+    ]
+
+
+def test_empty_elements_take_segment_ids_like_grain():
+    FF = grain.experimental.FirstFitPackIterDataset
+    docs = [{"a": np.arange(1, n + 1)} for n in (0, 3, 0, 2, 0, 0, 4)]
+    rows = list(FF(_src(docs), length_struct={"a": 5}, num_packing_bins=2, shuffle_bins=False))
+    assert [r["a"].tolist() for r in rows] == [[1, 2, 3, 1, 2], [1, 2, 3, 4, 0]]
+    assert [r["a_segment_ids"].tolist() for r in rows] == [[2, 2, 2, 4, 4], [1, 1, 1, 1, 0]]
+    rows = list(
+        FF(
+            _src(docs),
+            length_struct={"a": 5},
+            num_packing_bins=2,
+            shuffle_bins=False,
+            max_sequences_per_bin=2,
+        )
+    )
+    assert [r["a_segment_ids"].tolist() for r in rows] == [
+        [2, 2, 2, 0, 0],
+        [2, 2, 0, 0, 0],
+        [0, 0, 0, 0, 0],  # a bin holding only empty sequences is yielded, as grain does
+        [1, 1, 1, 1, 0],
+    ]
+
+
+def _grouped_docs():
+    lens = [(4, 3), (3, 1), (5, 2), (2, 3), (4, 1), (4, 2), (3, 0)]
+    return [
+        {"a": np.arange(1, n + 1) + 10 * i, "g": np.array([g])} for i, (n, g) in enumerate(lens)
+    ]
+
+
+def _grouped(shuffle, group_by="g", seed=0, **kw):
+    return grain.experimental.FirstFitPackIterDataset(
+        _src(_grouped_docs()),
+        length_struct={"a": 5, "g": 3},
+        num_packing_bins=10,
+        shuffle_bins=shuffle,
+        seed=seed,
+        shuffle_bins_group_by_feature=group_by,
+        meta_features=("g",),
+        **kw,
+    )
+
+
+def test_shuffle_bins_group_by_feature():
+    key = lambda r: r["a"].tolist()  # noqa: E731
+    for seed in range(6):
+        rows = list(_grouped(True, seed=seed))
+        # grain 0.2.18 gives, for every seed, groups in this order (ties in shuffled order).
+        # Means of the distinct non-zero values: 0, 1, 2, 2, 2 ([1, 3]), 3.
+        groups = [r["g"].tolist() for r in rows]
+        assert groups[:2] == [[0, 0, 0], [1, 0, 0]] and groups[5] == [3, 0, 0]
+        assert sorted(groups[2:5]) == [[1, 3, 0], [2, 0, 0], [2, 0, 0]]
+        # Ties keep the order of plain shuffling.
+        plain = [key(r) for r in _grouped(True, group_by=None, seed=seed)]
+        assert sorted(map(key, rows)) == sorted(plain)
+        tied = [key(r) for r in rows[2:5]]
+        assert tied == [k for k in plain if k in tied]
+    # Padding counts among the values, as in grain: [1, -1] has mean 0, [1, 3, -1] mean 1.
+    rows = list(_grouped(True, padding_struct={"g": -1}))
+    assert [r["g"].tolist() for r in rows[:4]] == [
+        [0, -1, -1],
+        [1, -1, -1],
+        [2, -1, -1],
+        [2, -1, -1],
+    ]
+    # Without shuffle_bins the grouping is not applied (grain ignores it too).
+    assert [key(r) for r in _grouped(False)] == [key(r) for r in _grouped(False, group_by=None)]
+    # Grouping by a sequence feature works on its packed values.
+    rows = list(_grouped(True, group_by="a"))
+    means = []
+    for r in rows:
+        u = np.unique(r["a"])
+        means.append(u.sum() / max(np.count_nonzero(u), 1))
+    assert means == sorted(means)
+
+
+@pytest.mark.parametrize("name", PACKERS)
+def test_alignment_and_group_by_checkpoints(name):
+    docs = _docs(40)
+    mk = lambda: _pack(  # noqa: E731
+        name,
+        docs,
+        num_packing_bins=3,
+        seed=4,
+        pack_alignment_struct={"inputs": 4, "targets": 3},
+        shuffle_bins_group_by_feature="id",
+    )
+    testing.assert_equal_output_after_checkpoint(mk(), checkpoints=range(80))
+    testing.check_deterministic(mk)
+    got = sorted(_unpack(list(mk()), "inputs"))
+    assert got == sorted(d["inputs"].tolist() for d in docs)
+    for r in mk():
+        starts = np.flatnonzero((r["inputs_positions"] == 0) & (r["inputs_segment_ids"] > 0))
+        assert (starts % 4 == 0).all()
+
+
+def test_alignment_and_group_by_bad_inputs():
+    FF = grain.experimental.FirstFitPackIterDataset
+    with pytest.raises(ValueError, match=r"pack_alignment_struct\[a\] must be a positive int"):
+        FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"a": 0})
+    with pytest.raises(TypeError, match="pack_alignment_struct"):
+        FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"a": 2.0})
+    with pytest.raises(ValueError, match=r"pack_alignment_struct has features \['b'\]"):
+        FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"b": 2})
+    with pytest.raises(ValueError, match="shuffle_bins_group_by_feature 'zz' is not a feature"):
+        FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, shuffle_bins_group_by_feature="zz")
+
+
+def test_alignment_state_refuses_other_pipelines():
+    docs = _docs()
+    it = iter(_pack("FirstFitPackIterDataset", docs, seed=1, pack_alignment_struct={"inputs": 2}))
+    next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    with pytest.raises(StateMismatchError):
+        iter(_pack("FirstFitPackIterDataset", docs, seed=1)).set_state(state)
+    with pytest.raises(StateMismatchError):
+        iter(
+            _pack(
+                "FirstFitPackIterDataset",
+                docs,
+                seed=1,
+                pack_alignment_struct={"inputs": 2},
+                shuffle_bins_group_by_feature="id",
+            )
+        ).set_state(state)
