@@ -55,15 +55,16 @@ def default_read_options(worker_count: int = 0) -> ReadOptions:
     """The ``ReadOptions`` a ``DataLoader`` uses when given none.
 
     Each process that reads (the main one, or each of ``worker_count`` workers) gets
-    ``max(1, min(16, cpus // max(1, worker_count)))`` threads, where ``cpus`` is the number of CPUs
-    this process may run on: Grain's fixed 16 threads per worker oversubscribe small machines
-    (2 workers x 16 threads on 2 cores). Pass ``read_options=ReadOptions(num_threads=...)`` for
+    ``min(16, cpus // max(1, worker_count))`` threads, where ``cpus`` is the number of CPUs this
+    process may run on, and none (it reads in its own thread) when that share is a single CPU: one
+    read thread adds no parallelism, only hand-offs, and Grain's fixed 16 threads per worker
+    oversubscribe small machines (2 workers x 16 threads on 2 cores). Pass ``read_options=ReadOptions(num_threads=...)`` for
     I/O-bound sources that profit from more threads than cores. The prefetch buffer stays at
     ``ReadOptions``' default. The element order never depends on the thread count.
     """
     cpus = _available_cpus()
-    threads = max(1, min(MAX_DEFAULT_READ_THREADS, cpus // max(1, worker_count)))
-    return ReadOptions(num_threads=threads)
+    threads = min(MAX_DEFAULT_READ_THREADS, cpus // max(1, worker_count))
+    return ReadOptions(num_threads=threads if threads > 1 else 0)
 
 
 def _sampler_len(sampler: Any) -> int:

@@ -13,12 +13,19 @@ Statistics are off unless asked for, and off costs nothing: no flag is checked o
 How it works: every stage is given a subclass of its own class whose ``__next__`` (iterators) or
 ``__getitems__`` / ``_getitem`` (``MapDataset`` stages read by ``to_iter_dataset``) records the time
 spent and the elements produced. ``MapDataset`` stages are shallow-copied before that, so the dataset
-you passed is not changed and plain ``iter(ds)`` on it stays uninstrumented. Stages run inside
-``mp_prefetch`` worker processes are not instrumented; the ``mp_prefetch`` stage itself is.
+you passed is not changed and plain ``iter(ds)`` on it stays uninstrumented.
+
+Stages upstream of ``mp_prefetch`` run in its worker processes: there, each worker instruments its
+own copy of the pipeline the same way and sends its counters to the main process just before each
+message of elements (only when statistics are on: a plain ``mp_prefetch`` iterator sends nothing
+more). They appear under the ``mp_prefetch`` stage with ``workers`` set to the number of workers
+that reported; their counts and times are summed over the workers (``per_worker`` has each one).
 
 Times are inclusive (a stage's time contains the time of the stages it reads from); ``self`` time is
 the inclusive time minus the inclusive times of its parents. ``MapDataset`` stages read by
-``to_iter_dataset`` threads report summed thread time, which can exceed wall time.
+``to_iter_dataset`` threads report summed thread time, which can exceed wall time. The workers run
+in parallel with the main process, so an ``mp_prefetch`` stage's self time is its time minus the
+mean (not the sum) of its workers' output-stage times: waiting for workers that are busy is theirs.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["PipelineStats", "StageStats", "collect", "iter_with_stats"]
+__all__ = ["PipelineStats", "StageStats", "collect", "iter_with_stats", "worker_iterator"]
 
 _perf = time.perf_counter
 
@@ -50,6 +57,9 @@ class StageStats:
       self_s: seconds spent in this stage itself (inclusive minus parents').
       buffer_fill: mean fraction of the prefetch buffer that was full when an element was taken,
         for stages with a buffer; else None.
+      workers: for a stage run in ``mp_prefetch`` worker processes, how many workers reported (its
+        counts and times are their sums); 0 for a stage of this process.
+      per_worker: for such a stage, ``{"worker", "elements", "total_s"}`` of each worker; else None.
     """
 
     name: str
@@ -60,6 +70,8 @@ class StageStats:
     total_s: float = 0.0
     self_s: float = 0.0
     buffer_fill: float | None = None
+    workers: int = 0
+    per_worker: list[dict[str, Any]] | None = None
 
     @property
     def elements_per_s(self) -> float:
@@ -101,7 +113,10 @@ class PipelineStats:
             eps = s.elements_per_s
             rows.append(
                 (
-                    "  " * s.depth + s.name + (" [map]" if s.kind == "map" else ""),
+                    "  " * s.depth
+                    + s.name
+                    + (" [map]" if s.kind == "map" else "")
+                    + (f" [{s.workers} workers]" if s.workers else ""),
                     f"{s.elements:,}",
                     f"{s.total_s:.4f}",
                     f"{s.self_s:.4f}",
@@ -114,6 +129,10 @@ class PipelineStats:
             "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
             for r in rows
         ]
+        if any(s.workers for s in self.stages):
+            lines.append(
+                "[N workers]: runs in mp_prefetch worker processes; elements and times summed over them"
+            )
         slowest = self.slowest
         lines.append(f"wall time {self.wall_s:.3f} s; slowest stage: {slowest.name if slowest else '-'}")
         return "\n".join(lines)
@@ -123,7 +142,7 @@ class _Record:
     """Mutable counters of one stage (written from the hot path, so plain attributes)."""
 
     __slots__ = ("name", "kind", "children", "elements", "calls", "seconds", "fill_sum", "fill_n",
-                 "buffer")
+                 "buffer", "remote")
 
     def __init__(self, name: str, kind: str):
         self.name = name
@@ -135,6 +154,7 @@ class _Record:
         self.fill_sum = 0.0
         self.fill_n = 0
         self.buffer: Any = None  # fn() -> fill fraction, or None
+        self.remote: Any = None  # fn() -> each worker's _flatten() report (or None), or None
 
 
 class _Collector:
@@ -151,6 +171,10 @@ class _Collector:
                 return
             seen.add(id(rec))
             inner = sum(c.seconds for c in rec.children)
+            remote = _aggregate(rec.remote()) if rec.remote is not None else None
+            if remote:
+                # The workers run in parallel with this process: subtract their mean output time.
+                inner += remote[0][5] / max(remote[0][8], 1)
             stages.append(
                 StageStats(
                     name=rec.name,
@@ -163,11 +187,96 @@ class _Collector:
                     buffer_fill=(rec.fill_sum / rec.fill_n) if rec.fill_n else None,
                 )
             )
+            if remote:
+                _walk_remote(remote, 0, depth + 1, stages, set())
             for c in rec.children:
                 walk(c, depth + 1)
 
         walk(self.root, 0)
         return PipelineStats(stages, _perf() - self.start)
+
+
+# --- statistics from mp_prefetch workers -----------------------------------------------------------
+#
+# A worker's report is its record tree flattened in preorder: one tuple per stage,
+# (name, kind, child indices, elements, calls, seconds, fill_sum, fill_n).
+
+
+def _flatten(root: _Record) -> list[tuple]:
+    order: list[_Record] = []
+    index: dict[int, int] = {}
+
+    def visit(rec: _Record) -> None:
+        if id(rec) in index:
+            return
+        index[id(rec)] = len(order)
+        order.append(rec)
+        for c in rec.children:
+            visit(c)
+
+    visit(root)
+    return [
+        (r.name, r.kind, [index[id(c)] for c in r.children], r.elements, r.calls, r.seconds,
+         r.fill_sum, r.fill_n)
+        for r in order
+    ]
+
+
+def worker_iterator(ds: Any) -> tuple[Any, Any]:
+    """For ``mp_prefetch`` workers collecting statistics: ``(iterator, report)``, where ``report()``
+    returns the iterator's counters in a small picklable form (sent to the main process)."""
+    it = iter_with_stats(ds)
+    collector = getattr(it, "_grain_core_stats", None)
+    if collector is None:
+        return it, lambda: None
+    root = collector.root
+    return it, lambda: _flatten(root)
+
+
+def _aggregate(reports: Any) -> list[list[Any]] | None:
+    """Sums the workers' reports stage by stage. Each row: name, kind, children, elements, calls,
+    seconds, fill_sum, fill_n, workers, per-worker list."""
+    rows: list[list[Any]] | None = None
+    for w, rep in enumerate(reports or ()):
+        if not rep:
+            continue
+        if rows is None:
+            rows = [[n, k, list(c), 0, 0, 0.0, 0.0, 0, 0, []] for n, k, c, *_ in rep]
+        if len(rep) != len(rows) or any(r[0] != row[0] for r, row in zip(rep, rows)):
+            continue  # another pipeline shape (should not happen): not summed
+        for r, row in zip(rep, rows):
+            row[3] += r[3]
+            row[4] += r[4]
+            row[5] += r[5]
+            row[6] += r[6]
+            row[7] += r[7]
+            row[8] += 1
+            row[9].append({"worker": w, "elements": r[3], "total_s": r[5]})
+    return rows
+
+
+def _walk_remote(rows: list[list[Any]], i: int, depth: int, out: list[StageStats], seen: set) -> None:
+    if i in seen:
+        return
+    seen.add(i)
+    name, kind, children, elements, calls, seconds, fill_sum, fill_n, workers, per_worker = rows[i]
+    inner = sum(rows[c][5] for c in children)
+    out.append(
+        StageStats(
+            name=name,
+            kind=kind,
+            depth=depth,
+            elements=elements,
+            calls=calls,
+            total_s=seconds,
+            self_s=max(0.0, seconds - inner),
+            buffer_fill=(fill_sum / fill_n) if fill_n else None,
+            workers=workers,
+            per_worker=per_worker,
+        )
+    )
+    for c in children:
+        _walk_remote(rows, c, depth + 1, out, seen)
 
 
 # --- instrumentation ------------------------------------------------------------------------------
@@ -235,6 +344,8 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
     rec = _Record(_label(getattr(it, "_stats_dataset", None) or it), "iter")
     seen[id(it)] = rec
     rec.buffer = _buffer_probe(it)
+    if isinstance(getattr(it, "__dict__", {}).get("_worker_stats"), list):  # an mp_prefetch iterator
+        rec.remote = lambda it=it: list(it._worker_stats)
     orig = type(it).__next__
     probe = rec.buffer
 
@@ -332,6 +443,30 @@ def _is_process_boundary(ds: Any) -> bool:
     return "Multiprocess" in name or type(ds).__module__.startswith("grain_core.runtime.multiprocess")
 
 
+def _mp_with_stats(ds: Any) -> Any:
+    """A copy of an ``mp_prefetch`` stage whose iterator has its workers report statistics; ``None``
+    for other process boundaries (measured as a whole) and for ``num_workers=0`` (in process)."""
+    if type(ds).__module__ != "grain_core.runtime.multiprocess":
+        return None
+    from grain_core.runtime.multiprocess import (
+        MultiprocessPrefetchDatasetIterator,
+        MultiprocessPrefetchIterDataset,
+    )
+
+    if not isinstance(ds, MultiprocessPrefetchIterDataset):
+        return None
+    if ds.multiprocessing_options.num_workers == 0:
+        return None
+
+    def __iter__(self):
+        return MultiprocessPrefetchDatasetIterator(
+            self._parents[0], self.multiprocessing_options, self.worker_init_fn, collect_stats=True
+        )
+
+    new = copy.copy(ds)
+    return new if _swap_class(new, {"__iter__": __iter__}) else None
+
+
 def _clone_map_stages(ds: Any, records: dict[int, _Record], memo: dict[int, Any]) -> Any:
     """Returns ``ds`` with every in-process ``MapDataset`` stage replaced by an instrumented copy.
 
@@ -342,7 +477,13 @@ def _clone_map_stages(ds: Any, records: dict[int, _Record], memo: dict[int, Any]
 
     if id(ds) in memo:
         return memo[id(ds)]
-    if _is_process_boundary(ds) or not hasattr(ds, "__dict__"):
+    if _is_process_boundary(ds) and not (
+        type(ds).__module__ == "grain_core.runtime.multiprocess"
+        and getattr(getattr(ds, "multiprocessing_options", None), "num_workers", None) == 0
+    ):
+        memo[id(ds)] = _mp_with_stats(ds) or ds
+        return memo[id(ds)]
+    if not hasattr(ds, "__dict__"):
         memo[id(ds)] = ds
         return ds
     parents = list(getattr(ds, "parents", ()) or ())

@@ -1,18 +1,20 @@
-"""Pictures of a pipeline: text, Mermaid, Graphviz DOT, or an SVG file drawn without graphviz.
+"""Pictures of a pipeline: text, Mermaid, Graphviz DOT, or an SVG / PNG file drawn without graphviz.
 
 ``grain_core.experimental.visualize(ds)`` walks the stages from the sources to ``ds``; stages with
-several parents (mixes, zips, interleaves) become branches. PNG is not supported: write SVG and
-convert it with any tool if you need a raster image.
+several parents (mixes, zips, interleaves) become branches. SVG and PNG share one layered layout
+(:func:`pipeline_layout`); PNG needs Pillow (``pip install grain-core[viz]``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html
+import math
 import os
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PipelineGraph", "pipeline_graph", "visualize"]
+__all__ = ["Box", "Layout", "PipelineGraph", "pipeline_graph", "pipeline_layout", "visualize"]
 
 FORMATS = ("text", "mermaid", "dot", "svg")
 
@@ -116,16 +118,52 @@ _GAP_Y = 40
 _MAX_LABEL = 60
 
 
-def _short(label: str) -> str:
-    return label if len(label) <= _MAX_LABEL else label[: _MAX_LABEL - 1] + "…"
+def _short(label: str, ellipsis: str = "…") -> str:
+    if len(label) <= _MAX_LABEL:
+        return label
+    return label[: _MAX_LABEL - len(ellipsis)] + ellipsis
 
 
-def _to_svg(g: PipelineGraph) -> str:
+@dataclasses.dataclass
+class Box:
+    """One stage's box: its node index, full and shown label, kind and geometry (top-left x, y)."""
+
+    index: int
+    label: str
+    text: str
+    kind: str
+    x: float
+    y: float
+    width: float
+    height: float
+
+    @property
+    def center_x(self) -> float:
+        return self.x + self.width / 2
+
+
+@dataclasses.dataclass
+class Layout:
+    """A layered drawing: sources in the top row, the output at the bottom; ``edges`` are
+    ``(x1, y1, x2, y2)`` lines from the bottom of a parent's box to the top of its child's."""
+
+    boxes: list[Box]
+    edges: list[tuple[float, float, float, float]]
+    width: float
+    height: float
+
+
+def _layout(
+    g: PipelineGraph,
+    text_width: Callable[[str], float] = lambda t: len(t) * _CHAR_W,
+    ellipsis: str = "…",
+) -> Layout:
     layer = g.layers()
     rows: dict[int, list[int]] = {}
     for i, lay in enumerate(layer):
         rows.setdefault(lay, []).append(i)
-    widths = [len(_short(lbl)) * _CHAR_W + 20 for lbl in g.labels]
+    texts = [_short(lbl, ellipsis) for lbl in g.labels]
+    widths = [text_width(t) + 20 for t in texts]
     row_w = {r: sum(widths[i] for i in nodes) + _GAP_X * (len(nodes) - 1) for r, nodes in rows.items()}
     total_w = max(row_w.values()) + 2 * _GAP_X
     pos: dict[int, tuple[float, float]] = {}
@@ -136,6 +174,27 @@ def _to_svg(g: PipelineGraph) -> str:
             pos[i] = (x, y)
             x += widths[i] + _GAP_X
     total_h = _GAP_Y / 2 + len(rows) * (_BOX_H + _GAP_Y) - _GAP_Y / 2
+    boxes = [
+        Box(i, g.labels[i], texts[i], g.kinds[i], pos[i][0], pos[i][1], widths[i], _BOX_H)
+        for i in range(len(g.labels))
+    ]
+    edges = [
+        (boxes[a].center_x, boxes[a].y + _BOX_H, boxes[b].center_x, boxes[b].y) for a, b in g.edges
+    ]
+    return Layout(boxes, edges, total_w, total_h)
+
+
+def pipeline_layout(ds: Any) -> Layout:
+    """The layered layout the SVG and PNG pictures of ``ds`` are drawn from."""
+    return _layout(pipeline_graph(ds))
+
+
+_FILLS = {"map": "#e8f0fe", "iter": "#fef7e0", "other": "#eeeeee"}
+
+
+def _to_svg(g: PipelineGraph) -> str:
+    lay = _layout(g)
+    total_w, total_h = lay.width, lay.height
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{total_h:.0f}" '
@@ -145,24 +204,91 @@ def _to_svg(g: PipelineGraph) -> str:
         'markerHeight="8" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/>'
         "</marker></defs>",
     ]
-    for a, b in g.edges:
-        (xa, ya), (xb, yb) = pos[a], pos[b]
+    for x1, y1, x2, y2 in lay.edges:
         out.append(
-            f'<line x1="{xa + widths[a] / 2:.1f}" y1="{ya + _BOX_H:.1f}" x2="{xb + widths[b] / 2:.1f}" '
-            f'y2="{yb:.1f}" stroke="#555" marker-end="url(#arrow)"/>'
+            f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#555" '
+            'marker-end="url(#arrow)"/>'
         )
-    fills = {"map": "#e8f0fe", "iter": "#fef7e0", "other": "#eeeeee"}
-    for i, label in enumerate(g.labels):
-        x, y = pos[i]
+    for b in lay.boxes:
         out.append(
-            f'<g class="stage {g.kinds[i]}"><title>{html.escape(label)}</title>'
-            f'<rect x="{x:.1f}" y="{y:.1f}" width="{widths[i]:.1f}" height="{_BOX_H}" rx="5" '
-            f'fill="{fills[g.kinds[i]]}" stroke="#333"/>'
-            f'<text x="{x + widths[i] / 2:.1f}" y="{y + _BOX_H / 2 + 4:.1f}" text-anchor="middle">'
-            f"{html.escape(_short(label))}</text></g>"
+            f'<g class="stage {b.kind}"><title>{html.escape(b.label)}</title>'
+            f'<rect x="{b.x:.1f}" y="{b.y:.1f}" width="{b.width:.1f}" height="{b.height}" rx="5" '
+            f'fill="{_FILLS[b.kind]}" stroke="#333"/>'
+            f'<text x="{b.center_x:.1f}" y="{b.y + b.height / 2 + 4:.1f}" text-anchor="middle">'
+            f"{html.escape(b.text)}</text></g>"
         )
     out.append("</svg>")
     return "\n".join(out)
+
+
+_PNG_SCALE = 2  # pixels per layout unit: a sharper picture
+
+
+def _png_font(size: int) -> Any:
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)  # a scalable font (Pillow >= 10.1 with FreeType)
+    except (TypeError, ValueError, OSError, ImportError):
+        return ImageFont.load_default()  # the small bitmap font
+
+
+def _png_image(g: PipelineGraph) -> tuple[Any, Layout]:
+    """Draws the layout of ``g`` with Pillow; returns the image and the layout drawn."""
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError as e:
+        raise ImportError(
+            "Writing a PNG picture needs Pillow, an optional dependency: "
+            "pip install grain-core[viz]   (or write an .svg file, which needs nothing)"
+        ) from e
+    from PIL import ImageFont
+
+    k = _PNG_SCALE
+    font = _png_font(12 * k)
+    bitmap = isinstance(font, ImageFont.ImageFont)
+    if bitmap:  # a fixed-size font: draw at layout scale so the text fits its boxes
+        k = 1
+
+    def safe(t: str) -> str:  # the bitmap font has Latin-1 glyphs only
+        return t.encode("latin-1", "replace").decode("latin-1") if bitmap else t
+
+    def width(t: str) -> float:
+        try:
+            return float(font.getlength(safe(t))) / k
+        except Exception:
+            return len(t) * _CHAR_W
+
+    lay = _layout(g, width, ellipsis="..." if bitmap else "…")
+    img = Image.new("RGB", (math.ceil(lay.width * k), math.ceil(lay.height * k)), "white")
+    draw = ImageDraw.Draw(img)
+    for x1, y1, x2, y2 in lay.edges:
+        x1, y1, x2, y2 = x1 * k, y1 * k, x2 * k, y2 * k
+        draw.line([(x1, y1), (x2, y2)], fill="#555555", width=k)
+        d = math.hypot(x2 - x1, y2 - y1) or 1.0
+        ux, uy = (x2 - x1) / d, (y2 - y1) / d
+        size = 8 * k
+        bx, by = x2 - ux * size, y2 - uy * size
+        draw.polygon(
+            [(x2, y2), (bx - uy * size / 2, by + ux * size / 2), (bx + uy * size / 2, by - ux * size / 2)],
+            fill="#555555",
+        )
+    for b in lay.boxes:
+        box = [b.x * k, b.y * k, (b.x + b.width) * k, (b.y + b.height) * k]
+        draw.rounded_rectangle(box, radius=5 * k, fill=_FILLS[b.kind], outline="#333333", width=k)
+        text = safe(b.text)
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+        cx, cy = b.center_x * k, (b.y + b.height / 2) * k
+        draw.text(
+            (cx - (left + right) / 2, cy - (top + bottom) / 2), text, fill="black", font=font
+        )
+    return img, lay
+
+
+def _write_png(g: PipelineGraph, path: str) -> Layout:
+    img, lay = _png_image(g)
+    img.save(path, format="PNG")
+    return lay
 
 
 _RENDER = {"text": _to_text, "mermaid": _to_mermaid, "dot": _to_dot, "svg": _to_svg}
@@ -176,7 +302,9 @@ def visualize(ds: Any, format: str = "text", path: str | os.PathLike | None = No
       format: ``"text"`` (indented, one stage per line), ``"mermaid"`` (a ``flowchart``),
         ``"dot"`` (Graphviz source) or ``"svg"``.
       path: where to write. A path ending in ``.svg`` always gets an SVG drawing (laid out here,
-        no graphviz needed); other paths get the ``format`` text. ``.png`` is not supported.
+        no graphviz needed) and one ending in ``.png`` a PNG picture of the same layout (drawn with
+        Pillow: ``pip install grain-core[viz]``, else ``ImportError``); other paths get the
+        ``format`` text.
 
     Returns:
       the graph in ``format``.
@@ -189,10 +317,8 @@ def visualize(ds: Any, format: str = "text", path: str | os.PathLike | None = No
         p = os.fspath(path)
         suffix = os.path.splitext(p)[1].lower()
         if suffix == ".png":
-            raise ValueError(
-                "PNG output is not supported (no pure-Python renderer is bundled); write an .svg "
-                "file and convert it, or render the DOT text with graphviz."
-            )
+            _write_png(g, p)
+            return result
         content = _to_svg(g) if suffix == ".svg" else result
         with open(p, "w", encoding="utf-8") as f:
             f.write(content + "\n")

@@ -104,3 +104,114 @@ def test_iter_dataset_chain_with_filter_and_mix():
     s = it.stats()
     assert s.stages[0].elements == len(out)
     assert any(st.name.startswith("FilterIterDataset") for st in s.stages)
+
+
+# --- mp_prefetch: stages run in worker processes ---------------------------------------------------
+
+_MP_SLEEP = 0.005
+_MP_N = 160
+
+
+def _slow_mp(x):
+    time.sleep(_MP_SLEEP)
+    return x
+
+
+def _mp_pipeline(num_workers=2, slow=True):
+    ds = grain.MapDataset.range(_MP_N)
+    if slow:
+        ds = ds.map(_slow_mp)
+    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2)).mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=num_workers)
+    )
+
+
+def _by_name(s):
+    return {st.name.split("(")[0]: st for st in s.stages}
+
+
+def test_mp_prefetch_worker_stages_are_measured():
+    it = stats.iter_with_stats(_mp_pipeline())
+    try:
+        early = it.stats()  # nothing received yet: only the mp_prefetch stage
+        assert [st.workers for st in early.stages] == [0]
+        out = list(it)
+        s = it.stats()
+    finally:
+        it.close()
+    assert out == list(range(_MP_N))
+    root = s.stages[0]
+    assert root.name.startswith("MultiprocessPrefetchIterDataset") and root.workers == 0
+    assert root.elements == _MP_N
+    by = _by_name(s)
+    m = by["MapMapDataset"]
+    assert m.workers == 2 and m.kind == "map" and m.depth > root.depth
+    assert m.elements == _MP_N
+    assert sorted(w["worker"] for w in m.per_worker) == [0, 1]
+    assert [w["elements"] for w in m.per_worker] == [_MP_N // 2] * 2
+    assert sum(w["total_s"] for w in m.per_worker) == pytest.approx(m.total_s)
+    # Summed over the workers' read threads: at least the sleeps, not wildly more.
+    assert _MP_N * _MP_SLEEP * 0.9 <= m.total_s <= _MP_N * _MP_SLEEP * 10 + 2.0
+    assert by["SourceMapDataset"].elements == _MP_N and by["SourceMapDataset"].workers == 2
+    assert by["PrefetchIterDataset"].workers == 2
+    assert s.slowest.name.startswith("MapMapDataset(_slow_mp")
+    # The main process waits for the workers in parallel: not its own time.
+    assert root.self_s < m.self_s
+    text = str(s)
+    assert "[2 workers]" in text and "slowest stage: MapMapDataset(_slow_mp" in text
+    d = s.as_dict()
+    assert [x["workers"] for x in d["stages"]] == [st.workers for st in s.stages]
+
+
+def test_mp_prefetch_stats_off_sends_no_stats_messages(monkeypatch):
+    from grain_core.runtime import multiprocess as mpm
+
+    kinds = []
+    orig = mpm.MultiprocessPrefetchDatasetIterator._recv
+
+    def recv(self, i):
+        msg = orig(self, i)
+        kinds.append(msg[0])
+        return msg
+
+    monkeypatch.setattr(mpm.MultiprocessPrefetchDatasetIterator, "_recv", recv)
+    ds = _mp_pipeline(slow=False)
+    plain = iter(ds)
+    try:
+        off = list(plain)
+        assert plain._worker_stats is None and not hasattr(plain, "stats")
+    finally:
+        plain.close()
+    assert "data" in kinds and "stats" not in kinds
+    kinds.clear()
+    it = stats.iter_with_stats(ds)
+    try:
+        on = list(it)
+    finally:
+        it.close()
+    assert on == off == list(range(_MP_N))
+    assert "stats" in kinds
+    assert type(ds) is mpm.MultiprocessPrefetchIterDataset  # the dataset itself is untouched
+
+
+def test_mp_prefetch_with_stats_checkpoints():
+    ds = _mp_pipeline(slow=False)
+    it = stats.iter_with_stats(ds)
+    try:
+        for _ in range(7):
+            next(it)
+        state = it.get_state()
+        a = [next(it) for _ in range(5)]
+        it.set_state(state)
+        b = [next(it) for _ in range(5)]
+        assert a == b == list(range(7, 12))
+        assert _by_name(it.stats())["SourceMapDataset"].elements >= 12
+    finally:
+        it.close()
+
+
+def test_mp_prefetch_without_workers_is_measured_in_process():
+    it = stats.iter_with_stats(_mp_pipeline(num_workers=0, slow=False))
+    assert list(it) == list(range(_MP_N))
+    by = _by_name(it.stats())
+    assert by["SourceMapDataset"].elements == _MP_N and by["SourceMapDataset"].workers == 0

@@ -1,4 +1,4 @@
-"""grain_core.experimental.visualize: text, Mermaid, DOT and SVG pictures of pipelines."""
+"""grain_core.experimental.visualize: text, Mermaid, DOT, SVG and PNG pictures of pipelines."""
 
 from __future__ import annotations
 
@@ -79,8 +79,80 @@ def test_other_paths_get_the_format_text(tmp_path):
     assert path.read_text().strip() == out
 
 
-def test_png_and_unknown_format_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="PNG"):
-        visualize(_linear(), path=tmp_path / "x.png")
+def test_unknown_format_is_refused():
     with pytest.raises(ValueError, match="format"):
         visualize(_linear(), format="pdf")
+
+
+def test_layout_has_a_box_per_stage_and_branches():
+    from grain_core.visualize import pipeline_layout
+
+    ds = _mixed()
+    lay = pipeline_layout(ds)
+    assert [b.label for b in lay.boxes] == _stage_labels(ds)
+    by_label = {b.label.split("(")[0]: b for b in lay.boxes}
+    sources = [b for b in lay.boxes if b.label.startswith("SourceMapDataset")]
+    assert len(sources) == 2 and sources[0].y == sources[1].y  # two branches, side by side
+    mix = by_label["MixedMapDataset"]
+    assert sum(1 for e in lay.edges if e[3] == mix.y and mix.x <= e[2] <= mix.x + mix.width) == 2
+    assert by_label["BatchMapDataset"].y > mix.y  # the output is below
+    for b in lay.boxes:
+        assert 0 <= b.x and b.x + b.width <= lay.width and b.y + b.height <= lay.height
+
+
+def test_svg_draws_the_shared_layout():
+    from grain_core.visualize import pipeline_layout
+
+    ds = _mixed()
+    lay = pipeline_layout(ds)
+    root = ET.fromstring(visualize(ds, format="svg").split("\n", 1)[1])
+    rects = list(root.iter("{http://www.w3.org/2000/svg}rect"))
+    assert [float(r.get("x")) for r in rects] == [round(b.x, 1) for b in lay.boxes]
+    assert len(list(root.iter("{http://www.w3.org/2000/svg}line"))) == len(lay.edges)
+
+
+def _hex(color):
+    return tuple(int(color[i : i + 2], 16) for i in (1, 3, 5))
+
+
+@pytest.mark.parametrize("make", [_linear, _mixed])
+def test_png_file_is_a_valid_picture_of_the_layout(tmp_path, make):
+    Image = pytest.importorskip("PIL.Image")
+    from grain_core.visualize import _FILLS, _png_image, pipeline_graph
+
+    ds = make()
+    path = tmp_path / "pipe.png"
+    assert visualize(ds, path=path) == visualize(ds)  # returns the format text, writes the PNG
+    with Image.open(path) as img:
+        assert img.format == "PNG"
+        img.load()
+        width, height = img.size
+        assert width > 0 and height > 0
+        rgb = img.convert("RGB")
+    drawn, lay = _png_image(pipeline_graph(ds))
+    assert drawn.size == (width, height)
+    assert [b.label for b in lay.boxes] == _stage_labels(ds)
+    assert "SourceMapDataset" in lay.boxes[0].text and "BatchMapDataset" in " ".join(
+        b.text for b in lay.boxes
+    )
+    # Not blank: boxes, text and arrows leave plenty of non-white pixels ...
+    colors = rgb.getcolors(maxcolors=1 << 20)
+    non_white = sum(n for n, c in colors if c != (255, 255, 255))
+    assert non_white > 0.05 * width * height
+    assert any(sum(c) < 200 for _, c in colors)  # dark pixels: outlines, text, arrows
+    # ... and each box is filled with its kind's colour where the layout put it.
+    scale = width / lay.width
+    for b in lay.boxes:
+        inside = (int((b.x + 4) * scale), int((b.y + 4) * scale))
+        assert rgb.getpixel(inside) == _hex(_FILLS[b.kind]), b.label
+    assert rgb.getpixel((1, 1)) == (255, 255, 255)
+
+
+def test_png_without_pillow_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "PIL", None)  # "import PIL" raises ImportError
+    path = tmp_path / "x.png"
+    with pytest.raises(ImportError, match=r"pip install grain-core\[viz\]"):
+        visualize(_linear(), path=path)
+    assert not path.exists()

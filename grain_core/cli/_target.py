@@ -32,9 +32,15 @@ def load_target(target: str) -> Any:
         if spec is None or spec.loader is None:
             raise TargetError(f"cannot import {where}")
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # so pickling by reference works (mp_prefetch workers)
+        sys.modules[name] = module
         sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
         spec.loader.exec_module(module)
+        try:  # mp_prefetch workers cannot import it by this name: send its functions by value
+            import cloudpickle
+
+            cloudpickle.register_pickle_by_value(module)
+        except Exception:
+            pass
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())

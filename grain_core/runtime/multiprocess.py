@@ -12,7 +12,8 @@ Contract (see ``docs/runtime.md``):
   ...); an exhausted worker is skipped from then on. The order depends only on the pipeline and
   ``K``, never on timing.
 * Elements travel in messages of several elements with their numpy buffers in shared memory
-  (:mod:`grain_core.runtime.shm`); the consumer copies them out and unlinks the segment at once.
+  (:mod:`grain_core.runtime.shm`); the consumer copies them out, and the worker reuses the segment
+  once that message's credit comes back (or at a new generation).
   A worker has at most ``per_worker_buffer_size + 1`` messages in flight.
 * ``get_state()`` is JSON: per worker the state at the start of its current message plus how many of
   its elements were consumed, whether it is exhausted, and whose turn is next. ``set_state`` keeps the
@@ -154,8 +155,11 @@ def _main_hidden() -> Iterator[None]:
                     main.__dict__[k] = v
 
 
-def _shutdown(procs: list[Any], conns: list[Any], prefix: str) -> None:
-    """Stops the workers (stop message, then SIGTERM, then SIGKILL) and unlinks their segments."""
+def _shutdown(
+    procs: list[Any], conns: list[Any], prefix: str, reader: shm.MessageReader | None = None
+) -> None:
+    """Stops the workers (stop message, then SIGTERM, then SIGKILL), unmaps and unlinks their
+    segments."""
     for c in conns:
         try:
             c.send(("stop",))
@@ -183,6 +187,8 @@ def _shutdown(procs: list[Any], conns: list[Any], prefix: str) -> None:
             p.close()
         except Exception:
             pass
+    if reader is not None:
+        reader.close()
     shm.sweep(prefix)
 
 
@@ -236,6 +242,7 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         parent: IterDataset,
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None,
+        collect_stats: bool = False,
     ):
         super().__init__()
         import cloudpickle
@@ -253,8 +260,11 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         ctx = _context()
         self._procs: list[Any] = []
         self._conns: list[Any] = []
+        self._reader = shm.MessageReader()
         # The finalizer holds the lists, not self: GC and interpreter exit stop the workers.
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, self._prefix)
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._procs, self._conns, self._prefix, self._reader
+        )
         try:
             for i in range(k):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -271,6 +281,7 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
                         f"{self._prefix}w{i}",
                         nslots,
                         options.enable_profiling,
+                        collect_stats,
                     ),
                     name=f"grain_core-mp-worker-{i}",
                     daemon=True,
@@ -298,6 +309,8 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         self._templates: list[Any] = [_PENDING] * k
         # Why elastic restore (another worker count) is undefined, per worker (None: defined).
         self._elastic_problems: list[str | None] = [None] * k
+        # grain_core.stats only: each worker's latest "stats" report (None: statistics are off).
+        self._worker_stats: list[Any] | None = [None] * k if collect_stats else None
 
     # --- reading -----------------------------------------------------------------------------------
 
@@ -356,13 +369,11 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
                 self._elastic_problems[i] = msg[3]
                 continue
             if gen != self._gen:
-                if kind == "data":
-                    shm.discard(msg[3])
-                continue
+                continue  # an outdated message: its worker reuses its segment (see shm)
             if kind == "data":
                 _, _, wstate, name, payloads, layouts = msg
                 try:
-                    elements = shm.read_message(name, payloads, layouts)
+                    elements = self._reader.read(name, payloads, layouts)
                 finally:
                     try:
                         self._conns[i].send(("credit", gen))
@@ -378,6 +389,9 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
             if kind == "error":
                 self._error = self._worker_exception(i, msg[2], msg[3])
                 raise self._error
+            if kind == "stats" and self._worker_stats is not None:  # sent only when collecting
+                self._worker_stats[i] = msg[2]
+                continue
             raise WorkerError(f"unexpected message {kind!r} from mp_prefetch worker {i}.")
 
     def _recv(self, i: int) -> tuple:
@@ -587,6 +601,7 @@ def _worker_main(
     prefix: str,
     nslots: int,
     profiling: bool,
+    collect_stats: bool = False,
 ) -> None:
     """Entry point of worker ``index`` of ``count``; returns when stopped or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle.
@@ -599,7 +614,9 @@ def _worker_main(
 
         get_registry().reload()
     try:
-        _WorkerLoop(conn, index, count, payload, plugin_modules, prefix, nslots, profiling).run()
+        _WorkerLoop(
+            conn, index, count, payload, plugin_modules, prefix, nslots, profiling, collect_stats
+        ).run()
     except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
         pass  # the consumer went away
     finally:
@@ -624,7 +641,9 @@ def _pickle_exception(e: BaseException) -> bytes | None:
 
 
 class _WorkerLoop:
-    def __init__(self, conn, index, count, payload, plugin_modules, prefix, nslots, profiling):
+    def __init__(
+        self, conn, index, count, payload, plugin_modules, prefix, nslots, profiling, collect_stats
+    ):
         self.conn = conn
         self.index, self.count = index, count
         self.nslots = nslots
@@ -637,6 +656,8 @@ class _WorkerLoop:
         self.elastic_problem: str | None = None
         self.setup_tb = ""
         self.stats = [0, 0.0]  # elements, seconds producing
+        self.collect_stats = collect_stats
+        self.stats_report: Callable[[], Any] | None = None  # grain_core.stats counters, when on
         try:
             import cloudpickle
 
@@ -660,7 +681,12 @@ class _WorkerLoop:
         from grain_core.dataset.sharing import worker_share
 
         with worker_share(self.index, self.count) as share:
-            it = iter(self.ds)
+            if self.collect_stats:
+                from grain_core.stats import worker_iterator
+
+                it, self.stats_report = worker_iterator(self.ds)
+            else:
+                it = iter(self.ds)
         if not share.claimed and self.count > 1:
             it.close()
             raise ValueError(
@@ -708,8 +734,10 @@ class _WorkerLoop:
                 if op == "credit":
                     if cmd[1] == gen:
                         credits += 1
+                        self.writer.release_oldest()  # the consumer copied that message out
                     continue
                 gen, credits, producing, limit = cmd[1], self.nslots, False, 1
+                self.writer.release_all()  # older messages are read or discarded unread
                 if op != "start":
                     continue
                 if self.setup_error is not None:
@@ -750,6 +778,8 @@ class _WorkerLoop:
                 break
         n = len(writer)
         if n:
+            if self.stats_report is not None:  # before the data: read with it, never later
+                self.conn.send(("stats", gen, self.stats_report()))
             self.conn.send(("data", gen, wstate, *writer.finish()))
         self.stats[0] += n
         self.stats[1] += time.perf_counter() - t0

@@ -7,12 +7,17 @@ Contract:
   into one shared-memory segment per message (``shm_open`` under ``/dev/shm``), never pickled.
   Smaller buffers stay in the pickle, where copying them is cheaper than a segment.
 * The consumer copies every out-of-band buffer into a fresh, consumer-owned, writable numpy buffer
-  and unlinks the segment at once (:func:`read_message`). Arrays handed to the user therefore never
-  alias shared memory, and a segment lives only from ``finish`` in the worker to ``read_message`` in
-  the consumer.
+  (:meth:`MessageReader.read`). Arrays handed to the user therefore never alias shared memory.
+* Segments are *pooled* per worker (:class:`MessageWriter`): a worker writes each message into one
+  of its own segments and reuses that segment once the consumer has copied the message out (its
+  credit came back, :meth:`MessageWriter.release_oldest`) or the message became outdated (a new
+  generation, :meth:`MessageWriter.release_all`). A segment's pages are thus allocated once, not per
+  message, and both sides keep their segments mapped (no ``shm_open`` / ``ftruncate`` / ``unlink``
+  per message). A worker has at most as many segments as it may have messages in flight.
 * Segment names start with a per-iterator prefix (:func:`new_prefix`); :func:`sweep` unlinks every
-  segment with a prefix, so a closed iterator leaves nothing in ``/dev/shm`` even when messages were
-  still in flight or a worker was killed mid-write.
+  segment with a prefix, so a closed iterator (and an exiting worker) leaves nothing in ``/dev/shm``
+  even when messages were still in flight or a worker was killed mid-write;
+  :meth:`MessageReader.close` unmaps the consumer's mappings, so the memory is freed then too.
 
 Segments are created and unlinked with ``_posixshmem`` directly (what ``multiprocessing.shared_memory``
 uses underneath) so no ``resource_tracker`` process is started and nothing is registered twice.
@@ -21,7 +26,9 @@ uses underneath) so no ``resource_tracker`` process is started and nothing is re
 from __future__ import annotations
 
 import _posixshmem
+import collections
 import glob
+import mmap
 import os
 import pickle
 import secrets
@@ -29,12 +36,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["INBAND_LIMIT", "MessageWriter", "discard", "new_prefix", "read_message", "sweep"]
+__all__ = [
+    "INBAND_LIMIT",
+    "MessageReader",
+    "MessageWriter",
+    "discard",
+    "new_prefix",
+    "sweep",
+]
 
 INBAND_LIMIT = 1024
 _ALIGN = 64
 _SHM_DIR = "/dev/shm"
-_CHUNK = 1 << 30
+_GRANULE = 1 << 16  # segment sizes are rounded up to this (tmpfs allocates pages only when written)
+_SHRINK_ABOVE = 4 << 20  # a free segment over this and over 4x what a message needs is shrunk
 
 # (segment name or None, pickled elements, per element a tuple of (offset, nbytes) per buffer)
 Message = tuple[str | None, list[bytes], list[tuple[tuple[int, int], ...]]]
@@ -45,12 +60,58 @@ def new_prefix() -> str:
     return f"gcrt{os.getpid()}x{secrets.token_hex(4)}"
 
 
+def _round_up(n: int) -> int:
+    return max(_GRANULE, -(-n // _GRANULE) * _GRANULE)
+
+
+class _Segment:
+    """One pooled segment of a worker, kept open and mapped (``size`` bytes)."""
+
+    def __init__(self, name: str, size: int):
+        self.name = name
+        self.fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        self.size = 0
+        self.map: mmap.mmap | None = None
+        self.view: memoryview | None = None
+        self.resize(size)
+
+    def resize(self, size: int) -> None:
+        self._unmap()
+        os.ftruncate(self.fd, size)
+        self.size = size
+        self.map = mmap.mmap(self.fd, size)
+        self.view = memoryview(self.map)
+
+    def _unmap(self) -> None:
+        if self.view is not None:
+            self.view.release()
+            self.view = None
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+
+    def close(self) -> None:
+        self._unmap()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        discard(self.name)
+
+
 class MessageWriter:
-    """Collects elements for one message; ``finish`` writes their buffers into one segment."""
+    """Collects elements for one message; ``finish`` writes their buffers into a pooled segment.
+
+    The owner tells the writer when the consumer is done with a message: ``release_oldest`` (a
+    credit for the oldest message in flight came back) and ``release_all`` (every message sent so
+    far is outdated or read, e.g. at a new generation)."""
 
     def __init__(self, prefix: str):
         self._prefix = prefix
         self._seq = 0
+        self._free: list[_Segment] = []
+        # Per message in flight, oldest first: its segment (None: the message had none).
+        self._busy: collections.deque[_Segment | None] = collections.deque()
         self.reset()
 
     def reset(self) -> None:
@@ -92,63 +153,116 @@ class MessageWriter:
         self._payloads.append(data)
         self._layouts.append(tuple(layout))
 
+    def _segment(self, nbytes: int) -> _Segment:
+        """A free segment of at least ``nbytes`` (grown, shrunk or created as needed)."""
+        if self._free:
+            # The smallest free segment that is big enough, else the largest one (grown).
+            fits = [s for s in self._free if s.size >= nbytes]
+            seg = min(fits, key=lambda s: s.size) if fits else max(self._free, key=lambda s: s.size)
+            self._free.remove(seg)
+            if seg.size < nbytes:
+                seg.resize(_round_up(max(nbytes, 2 * seg.size)))
+            elif seg.size > _SHRINK_ABOVE and seg.size > 4 * nbytes:
+                seg.resize(_round_up(nbytes))
+            return seg
+        name = f"{self._prefix}_{self._seq}"
+        self._seq += 1
+        return _Segment(name, _round_up(nbytes))
+
     def finish(self) -> Message:
-        """Writes the collected buffers into a new segment; returns the message and resets."""
-        name = None
+        """Writes the collected buffers into a free segment; returns the message and resets. The
+        segment stays in use until ``release_oldest`` / ``release_all``."""
+        seg = None
         if self._buffers:
-            name = f"{self._prefix}_{self._seq}"
-            self._seq += 1
-            fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-            try:
-                os.ftruncate(fd, max(self.nbytes, 1))
-                for offset, raw in self._buffers:
-                    _write_all(fd, raw, offset)
-            finally:
-                os.close(fd)
-        msg = (name, self._payloads, self._layouts)
+            seg = self._segment(self.nbytes)
+            view = seg.view
+            assert view is not None
+            for offset, raw in self._buffers:
+                raw = raw.cast("B")
+                view[offset : offset + raw.nbytes] = raw
+        self._busy.append(seg)
+        msg = (None if seg is None else seg.name, self._payloads, self._layouts)
         self.reset()
         return msg
 
+    def release_oldest(self) -> None:
+        """The consumer is done with the oldest message in flight: its segment is free again."""
+        if self._busy:
+            seg = self._busy.popleft()
+            if seg is not None:
+                self._free.append(seg)
 
-def _write_all(fd: int, raw: memoryview, offset: int) -> None:
-    raw = raw.cast("B")
-    done = 0
-    while done < raw.nbytes:
-        done += os.pwrite(fd, raw[done : done + _CHUNK], offset + done)
+    def release_all(self) -> None:
+        """Every message sent so far is read or outdated: all segments are free again."""
+        while self._busy:
+            self.release_oldest()
+
+    def close(self) -> None:
+        """Unmaps, closes and unlinks every segment of this writer."""
+        self.reset()
+        self.release_all()
+        for seg in self._free:
+            seg.close()
+        self._free.clear()
 
 
-def _read_all(fd: int, out: np.ndarray, offset: int) -> None:
-    view = memoryview(out)
-    done = 0
-    while done < out.nbytes:
-        n = os.preadv(fd, [view[done : done + _CHUNK]], offset + done)
-        if n <= 0:
-            raise OSError(f"short read from shared memory at offset {offset + done}")
-        done += n
+class MessageReader:
+    """The consumer side: keeps each worker segment mapped (segments are reused, their names stay)
+    and copies a message's buffers out into fresh arrays."""
 
+    def __init__(self) -> None:
+        # name -> (mapping, uint8 array over it)
+        self._maps: dict[str, tuple[mmap.mmap, np.ndarray]] = {}
 
-def read_message(name: str | None, payloads: list[bytes], layouts: list[tuple]) -> list[Any]:
-    """Returns the elements of a message, copying buffers out of the segment, then unlinks it."""
-    if name is None:
-        return [pickle.loads(p) for p in payloads]
-    fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
-    try:
+    def _mapping(self, name: str, end: int) -> np.ndarray:
+        entry = self._maps.get(name)
+        if entry is not None and entry[1].nbytes >= end:
+            return entry[1]
+        if entry is not None:  # the worker grew the segment: map it again
+            self._forget(name)
+        fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
+        try:
+            m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        arr = np.frombuffer(m, dtype=np.uint8)
+        if arr.nbytes < end:
+            raise OSError(
+                f"shared-memory segment {name!r} is smaller than its message ({end} bytes)"
+            )
+        self._maps[name] = (m, arr)
+        return arr
+
+    def _forget(self, name: str) -> None:
+        entry = self._maps.pop(name, None)
+        if entry is not None:
+            m, arr = entry
+            del entry, arr  # our array is the mapping's only export ...
+            try:
+                m.close()
+            except BufferError:  # ... unless another thread is copying from it (close() racing
+                pass  # a read): the mapping is then unmapped when that copy drops it.
+
+    def read(self, name: str | None, payloads: list[bytes], layouts: list[tuple]) -> list[Any]:
+        """Returns the elements of a message, copying its buffers out of the segment."""
+        if name is None:
+            return [pickle.loads(p) for p in payloads]
+        end = max((o + n for layout in layouts for o, n in layout), default=0)
+        seg = self._mapping(name, end)
         out = []
         for data, layout in zip(payloads, layouts):
-            buffers = []
-            for offset, nbytes in layout:
-                arr = np.empty(nbytes, dtype=np.uint8)
-                _read_all(fd, arr, offset)
-                buffers.append(arr)
+            buffers = [seg[o : o + n].copy() for o, n in layout]
             out.append(pickle.loads(data, buffers=buffers))
         return out
-    finally:
-        os.close(fd)
-        discard(name)
+
+    def close(self) -> None:
+        """Unmaps every segment (idempotent)."""
+        for name in list(self._maps):
+            self._forget(name)
 
 
 def discard(name: str | None) -> None:
-    """Unlinks a message's segment without reading it (a message from an outdated generation)."""
+    """Unlinks a segment (idempotent)."""
     if name is None:
         return
     try:

@@ -139,3 +139,39 @@ def test_new_plugin_refuses_bad_names_and_existing_dirs(tmp_path):
     run("new-plugin", "ok", "--dir", str(tmp_path))
     proc = run("new-plugin", "ok", "--dir", str(tmp_path), check=False)
     assert proc.returncode == 2 and "exists" in proc.stdout
+
+
+MP_PIPELINE = textwrap.dedent(
+    """
+    import time
+    import grain_core as grain
+
+    def slow(x):
+        time.sleep(0.01)
+        return x
+
+    def make_dataset():
+        return (
+            grain.MapDataset.range(100)
+            .map(slow)
+            .to_iter_dataset(grain.ReadOptions(num_threads=1))
+            .mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+        )
+    """
+)
+
+
+def test_inspect_shows_stages_run_in_mp_prefetch_workers(tmp_path):
+    path = tmp_path / "mp_pipe.py"  # a file target: its functions must reach the workers
+    path.write_text(MP_PIPELINE)
+    data = json.loads(run("inspect", f"{path}:make_dataset", "--steps", "30", "--json").stdout)
+    assert data["error"] is None
+    stages = data["stats"]["stages"]
+    assert stages[0]["name"].startswith("MultiprocessPrefetch")
+    assert stages[0]["workers"] == 0
+    in_workers = {s["name"].split("(")[0]: s for s in stages if s["workers"]}
+    assert set(in_workers) == {"PrefetchIterDataset", "MapMapDataset", "SourceMapDataset"}
+    assert all(s["workers"] == 2 and s["elements"] >= 15 for s in in_workers.values())
+    assert data["stats"]["slowest"].startswith("MapMapDataset(slow")
+    text = run("inspect", f"{path}:make_dataset", "--steps", "10").stdout
+    assert "[2 workers]" in text

@@ -19,7 +19,7 @@ def _loader(workers=0, **kw):
 
 
 @pytest.mark.parametrize(
-    "cpus,workers,threads", [(1, 0, 1), (2, 0, 2), (2, 2, 1), (2, 8, 1), (64, 0, 16), (64, 4, 16), (32, 4, 8)]
+    "cpus,workers,threads", [(1, 0, 0), (2, 0, 2), (2, 2, 0), (2, 8, 0), (64, 0, 16), (64, 4, 16), (32, 4, 8)]
 )
 def test_default_read_threads_follow_the_machine(monkeypatch, cpus, workers, threads):
     monkeypatch.setattr(data_loader, "_available_cpus", lambda: cpus)
