@@ -72,11 +72,36 @@ def _ar_reference(paths, per_call=64):
     return total
 
 
+def _ar_seek_reference(paths):
+    """The reader's sequential API over the same shuffled order: ``seek(i)`` then ``read()`` per
+    record, one thread, readers opened with ``max_parallelism:0`` (the only reader path that
+    option changes: it keeps ``read()`` from scheduling readahead in the reader's thread pool).
+    It never touches the pool but holds the GIL while it reads (see docs/sources.md)."""
+    from array_record.python.array_record_module import ArrayRecordReader
+    from grain_plugin_arrayrecord.source import _options_string
+
+    import grain_core
+
+    order = grain_core.MapDataset.range(AR_RECORDS).shuffle(seed=0)
+    per = AR_RECORDS // AR_FILES
+    readers = [ArrayRecordReader(p, _options_string({"max_parallelism": 0})) for p in paths]
+    total = 0
+    for k in order:
+        r = readers[k // per]
+        r.seek(k % per)
+        r.read()
+        total += 1
+    for r in readers:
+        r.close()
+    return total
+
+
 # 64: one batch per call; 16,000: the largest chunk to_iter_dataset reads at once here (250 batches).
 _AR_REFERENCES = {
     f"read(indices) {n}/call": functools.partial(_ar_reference, per_call=n)
     for n in (64, 1024, 16_000)
 }
+_AR_REFERENCES["seek()+read() 1/call, max_parallelism:0"] = _ar_seek_reference
 
 
 def _pq_setup():

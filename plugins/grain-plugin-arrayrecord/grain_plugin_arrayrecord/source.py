@@ -173,7 +173,9 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         matches. Records are numbered file after file, in the order given.
       reader_options: ArrayRecord reader options, e.g. ``{"index_storage_option": "in_memory"}``
         (a dict, or the reader's own ``"key:value,..."`` string). ``readahead_buffer_size`` defaults
-        to ``0`` (best for random access).
+        to ``0`` (best for random access). ``max_parallelism`` does not limit the reads the source
+        makes: the reader's batched ``read(indices)`` always spreads a call over its process-wide
+        pool of 64 threads (see docs/sources.md, "Performance").
 
     Contract: ``len`` is the total of the files' (or instructions') record counts, counted lazily on
     first use; ``source[i]`` returns record ``i``'s bytes (negative ``i`` counts from the end);
