@@ -39,10 +39,26 @@ def _batched_mp(lib):
 
 
 def _cpu_bound(lib, workers):
-    ds = lib.MapDataset.range(3_000).map(_heavy).to_iter_dataset(lib.ReadOptions(num_threads=0))
+    ds = lib.MapDataset.range(10_000).map(_heavy).to_iter_dataset(lib.ReadOptions(num_threads=0))
     if workers:
         ds = ds.mp_prefetch(lib.MultiprocessingOptions(num_workers=workers))
     return ds
+
+
+def _heavy_chunk(bounds):
+    lo, hi = bounds
+    return [_heavy(i) for i in range(lo, hi)]
+
+
+def _pool_ceiling() -> int:
+    """The same 10,000 maps split over a plain ``multiprocessing`` pool of 2: what two processes can
+    reach on this machine at all, with no pipeline around them."""
+    import multiprocessing
+
+    with multiprocessing.get_context("forkserver").Pool(2) as pool:
+        pool.map(_heavy_chunk, [(0, 2), (0, 2)])  # start both processes before timing
+        pool.map(_heavy_chunk, [(0, 5_000), (5_000, 10_000)])
+    return 10_000
 
 
 def _ours_in_process(_lib):
@@ -101,6 +117,7 @@ WORKLOADS = [
         lambda lib: _cpu_bound(lib, 2),
         build_theirs=_ours_in_process,
         target=1.7,
+        references={"multiprocessing.Pool(2), same map, no pipeline": _pool_ceiling},
     ),
     Workload(
         "mp_prefetch(2) restore latency: set_state + first element",
