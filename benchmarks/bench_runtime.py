@@ -5,6 +5,8 @@ from __future__ import annotations
 import atexit
 
 import numpy as np
+from cpu_work import heavy as _heavy  # in a module worker processes can import by name
+from cpu_work import heavy_chunk as _heavy_chunk
 from harness import Workload
 
 try:  # google's grain reads absl flags in mp_prefetch; the harness does not parse them.
@@ -15,16 +17,10 @@ try:  # google's grain reads absl flags in mp_prefetch; the harness does not par
 except ImportError:  # pragma: no cover
     pass
 
-_ANGLES = np.linspace(0.0, 1.0, 20_000)
-
-
 def _full64(x):
     return np.full((64,), x)
 
 
-def _heavy(x):
-    # A few hundred microseconds of single-threaded numpy work per element.
-    return float(np.sin(_ANGLES * (x % 97 + 1)).sum())
 
 
 def _batched_mp(lib):
@@ -43,11 +39,6 @@ def _cpu_bound(lib, workers):
     if workers:
         ds = ds.mp_prefetch(lib.MultiprocessingOptions(num_workers=workers))
     return ds
-
-
-def _heavy_chunk(bounds):
-    lo, hi = bounds
-    return [_heavy(i) for i in range(lo, hi)]
 
 
 def _pool_ceiling() -> int:
