@@ -35,21 +35,21 @@ def _batched_mp(lib):
 
 
 def _cpu_bound(lib, workers):
-    ds = lib.MapDataset.range(10_000).map(_heavy).to_iter_dataset(lib.ReadOptions(num_threads=0))
+    ds = lib.MapDataset.range(30_000).map(_heavy).to_iter_dataset(lib.ReadOptions(num_threads=0))
     if workers:
         ds = ds.mp_prefetch(lib.MultiprocessingOptions(num_workers=workers))
     return ds
 
 
 def _pool_ceiling() -> int:
-    """The same 10,000 maps split over a plain ``multiprocessing`` pool of 2: what two processes can
+    """The same 30,000 maps split over a plain ``multiprocessing`` pool of 2: what two processes can
     reach on this machine at all, with no pipeline around them."""
     import multiprocessing
 
     with multiprocessing.get_context("forkserver").Pool(2) as pool:
         pool.map(_heavy_chunk, [(0, 2), (0, 2)])  # start both processes before timing
-        pool.map(_heavy_chunk, [(0, 5_000), (5_000, 10_000)])
-    return 10_000
+        pool.map(_heavy_chunk, [(0, 15_000), (15_000, 30_000)])
+    return 30_000
 
 
 def _ours_in_process(_lib):
