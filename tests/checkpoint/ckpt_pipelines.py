@@ -382,6 +382,36 @@ def _batched(spec: list[dict[str, Any]]) -> bool:
     )
 
 
+def assert_restores_in_child(specs: list[tuple[Any, float]], timeout: float) -> None:
+    """Checkpoints each ``(spec, fraction)`` pipeline here, restores them all in one child process
+    that rebuilds each from its JSON spec, and asserts every remainder matches."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        jobs, expected = [], []
+        for i, (spec, fraction) in enumerate(specs):
+            d = os.path.join(root, str(i))
+            _step, rest, head = run_and_checkpoint(spec, fraction, d)
+            exhausted = len(head) < MAX_ELEMENTS
+            jobs.append({"spec": spec, "dir": d, "count": len(rest) + (1 if exhausted else 0)})
+            expected.append([to_json(x) for x in rest])
+        with open(os.path.join(root, "jobs.json"), "w") as f:
+            json.dump(jobs, f)
+        out = os.path.join(root, "out.json")
+        proc = subprocess.run(
+            [sys.executable, __file__, "restore", os.path.join(root, "jobs.json"), out],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(out) as f:
+            got = json.load(f)
+        for job, exp, g in zip(jobs, expected, got):
+            assert g == exp, f"child restore differs for {json.dumps(job['spec'])}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Profiles.
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -87,27 +86,7 @@ def test_restore_continues_identically_with_plugins(spec, fraction):
 )
 @given(specs=st.lists(st.tuples(SPECS, st.floats(0, 1)), min_size=5, max_size=5))
 def test_restore_in_new_process_with_plugins(specs):
-    with tempfile.TemporaryDirectory() as root:
-        jobs, expected = [], []
-        for i, (spec, fraction) in enumerate(specs):
-            SHAPES.add(cp.shape(spec))
-            _stages(spec)
-            d = os.path.join(root, str(i))
-            step, rest, head = cp.run_and_checkpoint(spec, fraction, d)
-            exhausted = len(head) < cp.MAX_ELEMENTS
-            jobs.append({"spec": spec, "dir": d, "count": len(rest) + (1 if exhausted else 0)})
-            expected.append([cp.to_json(x) for x in rest])
-        with open(os.path.join(root, "jobs.json"), "w") as f:
-            json.dump(jobs, f)
-        out = os.path.join(root, "out.json")
-        proc = subprocess.run(
-            [sys.executable, cp.__file__, "restore", os.path.join(root, "jobs.json"), out],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        with open(out) as f:
-            got = json.load(f)
-        for job, exp, g in zip(jobs, expected, got):
-            assert g == exp, f"child restore differs for {json.dumps(job['spec'])}"
+    for spec, _ in specs:
+        SHAPES.add(cp.shape(spec))
+        _stages(spec)
+    cp.assert_restores_in_child(specs, timeout=300)
