@@ -29,7 +29,9 @@ class PipelineGraph:
     output: int
 
     def layers(self) -> list[int]:
-        """Each node's layer: the longest path from a source."""
+        """Each node's layer: the longest path from a source, then every stage moved down to just
+        above its nearest child, so an edge of a tree-shaped pipeline spans exactly one layer (a
+        short branch of a mix starts lower instead of an arrow crossing other boxes)."""
         layer = [0] * len(self.labels)
         changed = True
         while changed:
@@ -37,6 +39,17 @@ class PipelineGraph:
             for a, b in self.edges:
                 if layer[b] < layer[a] + 1:
                     layer[b] = layer[a] + 1
+                    changed = True
+        children: dict[int, list[int]] = {}
+        for a, b in self.edges:
+            children.setdefault(a, []).append(b)
+        changed = True
+        while changed:
+            changed = False
+            for a, kids in children.items():
+                want = min(layer[c] for c in kids) - 1
+                if layer[a] < want:
+                    layer[a] = want
                     changed = True
         return layer
 

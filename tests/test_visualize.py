@@ -156,3 +156,16 @@ def test_png_without_pillow_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install grain-core\[viz\]"):
         visualize(_linear(), path=path)
     assert not path.exists()
+
+
+def test_short_branches_start_lower_so_no_arrow_crosses_a_row():
+    import grain_core as grain
+    from grain_core.visualize import pipeline_layout
+
+    long = grain.MapDataset.range(5).map(lambda x: x).map(lambda x: x + 1).shuffle(seed=1)
+    short = grain.MapDataset.range(3)
+    layout = pipeline_layout(grain.MapDataset.mix([long, short]).batch(2))
+    row_height = min(b2.y - b1.y for b1 in layout.boxes for b2 in layout.boxes if b2.y > b1.y)
+    for _, y1, _, y2 in layout.edges:
+        gap = y2 - y1  # from the bottom of the parent's box to the top of the child's
+        assert gap < row_height, "an arrow skips a row"
