@@ -82,12 +82,12 @@ def _leaf_op(op: str, np_fn: Callable[[Sequence[Any]], np.ndarray], elements: Se
                 f"Cannot {op} leaf <root>: elements have shapes {shapes}. "
                 f"Pad or crop elements to one shape first, or pass batch_fn=. ({e})"
             ) from None
-    paths = flatten_with_paths(first)
     try:
         return map_structure(lambda *leaves: np_fn(leaves), *elements)
     except (KeyError, TypeError, IndexError):
         raise _structure_error(elements, op) from None
     except ValueError:
+        paths = flatten_with_paths(first)  # only to name the offending leaf
         flat = [flatten_with_paths(e) for e in elements]
         if any(len(f) != len(paths) for f in flat):
             raise _structure_error(elements, op) from None

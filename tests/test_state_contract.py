@@ -103,3 +103,15 @@ def test_error_in_map_surfaces_at_the_element():
             got.append(x)
     assert got == list(range(37))
     it.close()
+
+
+def test_iter_filter_that_drops_everything_raises_before_the_end():
+    seen = []
+    ds = grain.MapDataset.range(100_000).to_iter_dataset().map(lambda x: seen.append(x) or x)
+    strict = grain.experimental.WithOptionsIterDataset(
+        ds.filter(lambda x: False),
+        grain.experimental.DatasetOptions(filter_raise_threshold_ratio=0.5),
+    )
+    with pytest.raises(ValueError, match="filter_raise_threshold_ratio"):
+        list(strict)
+    assert len(seen) < 100_000  # refused early, not after reading everything

@@ -245,9 +245,9 @@ class _FilterIterator(_OneParentIterator):
         while True:
             x = next(parent)
             self._seen += 1
+            if self._seen >= self._CHECK_EVERY:
+                self._flush()
             if fn(x):
-                if self._seen >= self._CHECK_EVERY:
-                    self._flush()
                 return x
             self._dropped += 1
 

@@ -56,6 +56,9 @@ def map_fingerprint(ds: MapDataset) -> str:
     return _state.fingerprint(map_fingerprint_parts(ds))
 
 
+_DEFAULT_OPTIONS = DatasetOptions()
+
+
 class FilterRatioCheck:
     """Counts kept and dropped elements and warns or raises per ``DatasetOptions``."""
 
@@ -68,7 +71,7 @@ class FilterRatioCheck:
     def record(self, dropped: int, seen: int, options: DatasetOptions | None) -> None:
         self._seen += seen
         self._dropped += dropped
-        opts = options or DatasetOptions()
+        opts = options or _DEFAULT_OPTIONS
         if self._seen < opts.filter_check_min_elements or not self._dropped:
             return
         ratio = self._dropped / self._seen
