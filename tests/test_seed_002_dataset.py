@@ -217,3 +217,11 @@ def test_transform_classes_in_pipeline():
     assert list(flat)[:4] == [[0], [0, 1], [0, 1], [2]]
     flat_map = grain.experimental.FlatMapMapDataset(grain.MapDataset.source(texts), SplitDocument())
     assert list(flat_map)[:4] == [[0], [0, 1], [0, 1], [2]]
+
+
+def test_mix_bulk_reads_equal_single_reads():
+    ds = grain.MapDataset.mix(
+        [grain.MapDataset.range(100), grain.MapDataset.range(100, 130).repeat()], weights=[0.7, 0.3]
+    )
+    idx = [0, 5, 3, 99, 140, 141, 1000, 2]
+    assert ds.__getitems__(idx) == [ds[i] for i in idx]

@@ -69,6 +69,15 @@ class WeightPattern:
             seen[d] += 1
         self.order = order
         self.rank = rank
+        self._order = np.asarray(order, dtype=np.int64)
+        self._rank = np.asarray(rank, dtype=np.int64)
+        self._counts = np.asarray(counts, dtype=np.int64)
+
+    def locate_many(self, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`locate` over an int64 array: ``(datasets, indices within them)``."""
+        q, r = np.divmod(ks, self.period)
+        d = self._order[r]
+        return d, q * self._counts[d] + self._rank[r]
 
     def locate(self, k: int) -> tuple[int, int]:
         """Returns ``(dataset, index within it)`` of mixed position ``k``."""
@@ -103,14 +112,17 @@ class MixedMapDataset(MapDataset):
         return self._parents[d]._getitem(j)
 
     def __getitems__(self, indices):
-        located = [self._pattern.locate(int(k)) for k in indices]
-        by_ds: dict[int, list[int]] = {}
-        for pos, (d, _) in enumerate(located):
-            by_ds.setdefault(d, []).append(pos)
-        out: list[Any] = [None] * len(located)
-        for d, positions in by_ds.items():
-            items = self._parents[d].__getitems__([located[p][1] for p in positions])
-            for p, x in zip(positions, items):
+        ks = np.asarray(indices, dtype=np.int64)
+        if ks.size == 0:
+            return []
+        if int(ks.max()) >= 2**62:  # beyond int64 arithmetic: one at a time with Python ints
+            return [self._getitem(int(k)) for k in indices]
+        datasets, within = self._pattern.locate_many(ks)
+        out: list[Any] = [None] * ks.size
+        for d in np.unique(datasets).tolist():
+            positions = np.flatnonzero(datasets == d)
+            items = self._parents[d].__getitems__(within[positions])
+            for p, x in zip(positions.tolist(), items):
                 out[p] = x
         return out
 
