@@ -1,23 +1,33 @@
-"""The seed contract: how pipeline seeds become per-transformation and per-element randomness.
+"""The seed contract: how pipeline seeds become per-stage and per-element randomness, as in Grain.
 
-Rules (see ``docs/contracts.md``):
+Every rule here reproduces google grain 0.2.18 exactly, so the same seed gives the same data in
+both (recorded outputs: ``tests/compat_semantics/data/``; rules: ``docs/differences.md``):
 
-* ``ds.seed(s)`` sets the pipeline seed for everything downstream. A random transformation with no
-  explicit ``seed=`` derives its own seed with :func:`derive_seed` from the pipeline seeds it sees and
-  its position below the ``seed`` call. An explicit ``seed=`` always wins.
-* Per-element randomness is a pure function of ``(derived seed, element index)`` via
-  :func:`element_rng`: identical on every run, process, worker count and platform. Python's ``hash()``
-  is never used.
-* Global shuffling uses :class:`IndexPermutation`, a keyed bijection on ``[0, n)`` computed per index
-  in O(1) memory for ``n`` up to ``2**62``, different for every epoch, and vectorised over arrays.
+* ``ds.seed(s)`` sets the pipeline seed for everything downstream. A random stage with no explicit
+  ``seed=`` takes :func:`default_seed` of itself: a breadth-first walk up its parents collects
+  ``(seed, depth)`` of the nearest ``seed()`` call on every path, and
+  ``np.random.SeedSequence(collected).generate_state(1, uint32)[0]`` is the stage's seed. An
+  explicit ``seed=`` always wins.
+* Per-element randomness of a ``MapDataset`` stage is :func:`element_rng`: NumPy's
+  ``Philox(seed)`` with the counter set to ``[0, 0, 0, index]`` — a pure function of
+  ``(stage seed, element index)``. Python's ``hash()`` is never used.
+* Global shuffling uses :func:`index_shuffle`, Grain's keyed bijection (a Simon block cipher over
+  the index bits with ``std::seed_seq`` round keys, cycle-walked into range), here vectorised over
+  index arrays in O(1) memory. :class:`IndexPermutation` is the per-epoch permutation of Grain's
+  ``shuffle``: epoch ``e`` uses seed ``(seed + e) % 2**32`` and 4 rounds.
 
 Plugins must use these functions so that their randomness obeys the same rules as the kernel's.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
+import threading
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,31 +35,43 @@ __all__ = [
     "MAX_SEED",
     "ElementRngs",
     "IndexPermutation",
-    "index_shuffle",
+    "IndexShuffle",
+    "default_seed",
     "derive_seed",
     "element_rng",
+    "index_shuffle",
     "validate_seed",
 ]
 
 MAX_SEED = 2**32 - 1
+_M32 = 0xFFFF_FFFF
 _M64 = 0xFFFF_FFFF_FFFF_FFFF
 _GOLDEN = 0x9E37_79B9_7F4A_7C15
 _MIX1 = 0xBF58_476D_1CE4_E5B9
 _MIX2 = 0x94D0_49BB_1331_11EB
 
+#: Rounds Grain's ``shuffle`` and window shuffles use.
+SHUFFLE_ROUNDS = 4
 
-def validate_seed(seed: object, what: str = "seed") -> int:
-    """Returns ``seed`` as an int if it is an integer in ``[0, 2**32)``, else raises.
+
+def validate_seed(seed: object, what: str = "seed", *, bounded: bool = True) -> int:
+    """Returns ``seed`` as an int if Grain accepts it, else raises.
+
+    ``bounded`` seeds (``shuffle``, samplers) must lie in ``[0, 2**32)``; unbounded ones
+    (``ds.seed``, ``random_map``) only need to be non-negative, as NumPy's ``SeedSequence`` takes
+    any non-negative integer.
 
     Raises:
       TypeError: ``seed`` is not an integer (bools are refused too).
-      ValueError: ``seed`` is outside ``[0, 2**32)``.
+      ValueError: ``seed`` is negative, or at least ``2**32`` where ``bounded``.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"{what} must be an integer in [0, 2**32), got {type(seed).__name__} {seed!r}.")
     value = int(seed)
-    if not 0 <= value <= MAX_SEED:
-        raise ValueError(f"{what} must be in [0, 2**32), got {value}.")
+    if value < 0 or (bounded and value > MAX_SEED):
+        raise ValueError(
+            f"{what[:1].upper()}{what[1:]} must be an integer between 0 and 2**32-1 (got seed={value})."
+        )
     return value
 
 
@@ -63,9 +85,8 @@ def _splitmix64(x: int) -> int:
 def derive_seed(seeds: int | Sequence[int], *salt: int) -> int:
     """Returns a seed in ``[0, 2**32)`` that depends on every value of ``seeds`` and ``salt``.
 
-    ``derive_seed(s, position)`` is how a transformation at ``position`` below ``ds.seed(s)`` gets its
-    seed; ``derive_seed(s, epoch)`` is how per-epoch keys are made. Order matters; the result is
-    stable across processes, platforms and versions of grain_core with the same major version.
+    A helper for plugins with randomness Grain does not have (Grain-equivalent stages use Grain's
+    own derivations). Order matters; the result is stable across processes and platforms.
     """
     values = (seeds,) if isinstance(seeds, (int, np.integer)) else tuple(seeds)
     acc = 0x6772_6169_6E5F_636F  # arbitrary non-zero start
@@ -74,47 +95,88 @@ def derive_seed(seeds: int | Sequence[int], *salt: int) -> int:
     return acc >> 32
 
 
-def element_rng(seed: int, index: int) -> np.random.Generator:
-    """Returns a fresh ``np.random.Generator`` for element ``index`` of a transformation seeded ``seed``.
+def default_seed(node: Any) -> int | None:
+    """Grain's default seed of a random stage at ``node``, or None when no ``seed()`` is upstream.
 
-    The stream is a pure function of ``(seed, index)``: Philox keyed by the seed, with the index as
-    the counter's high word, so distinct indices never share a stream.
+    Walks the dataset graph breadth first from ``node`` (depth 0) through ``node.parents``; a node
+    whose ``_seed_rng_seed`` is set contributes ``(its seed, depth)`` and ends that path. The
+    collected list seeds ``np.random.SeedSequence``; its first ``uint32`` word is the result.
     """
-    bitgen = np.random.Philox(key=int(seed) & _M64, counter=[0, 0, 0, int(index) & _M64])
-    return np.random.Generator(bitgen)
+    collected: list[int] = []
+    to_visit: deque[tuple[Any, int]] = deque([(node, 0)])
+    while to_visit:
+        current, depth = to_visit.popleft()
+        own = getattr(current, "_seed_rng_seed", None)
+        if own is not None:
+            collected.extend((int(own), depth))
+        else:
+            to_visit.extend((p, depth + 1) for p in getattr(current, "_parents", ()))
+    if not collected:
+        return None
+    return int(np.random.SeedSequence(collected).generate_state(1, dtype=np.uint32)[0])
+
+
+# --- per-element generators ---------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _philox_key(seed: int) -> tuple[int, int]:
+    key = np.random.Philox(seed).state["state"]["key"]
+    return int(key[0]), int(key[1])
+
+
+def _philox_state(seed: int, index: int, op_seed: int = 0) -> dict:
+    return {
+        "bit_generator": "Philox",
+        "state": {
+            "counter": np.array([0, 0, op_seed & _M64, index & _M64], dtype=np.uint64),
+            "key": np.array(_philox_key(seed), dtype=np.uint64),
+        },
+        "buffer": np.zeros(4, dtype=np.uint64),
+        "buffer_pos": 4,
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+
+
+def element_rng(seed: int, index: int, op_seed: int = 0) -> np.random.Generator:
+    """Returns Grain's generator for element ``index`` of a stage seeded ``seed``.
+
+    ``np.random.Generator(np.random.Philox(seed))`` with its counter set to
+    ``[0, 0, op_seed, index]`` — what Grain's ``random_map`` passes to the transform.
+    """
+    gen = np.random.Generator(np.random.Philox(int(seed)))
+    gen.bit_generator.state = _philox_state(int(seed), int(index), int(op_seed))
+    return gen
 
 
 class ElementRngs:
-    """Per-element generators for one transformation seeded ``seed``, reusing one generator per
-    thread: ``rngs(index)`` equals ``element_rng(seed, index)`` in every draw but costs a state
-    reset instead of a construction. The returned generator is only valid until the next call
-    from the same thread.
+    """Per-element generators for one stage seeded ``seed``, reusing one generator per thread:
+    ``rngs(index)`` equals ``element_rng(seed, index)`` in every draw but costs a state reset
+    instead of a construction. The returned generator is only valid until the next call from the
+    same thread.
     """
 
     def __init__(self, seed: int):
-        import threading
-
-        self._key = np.array([int(seed) & _M64, 0], dtype=np.uint64)
+        self._seed = int(seed)
+        self._key = np.array(_philox_key(self._seed), dtype=np.uint64)
         self._local = threading.local()
 
     def __getstate__(self) -> dict:
-        return {"key": self._key}
+        return {"seed": self._seed}
 
     def __setstate__(self, state: dict) -> None:
-        import threading
+        self.__init__(state["seed"])
 
-        self._key = state["key"]
-        self._local = threading.local()
-
-    def __call__(self, index: int) -> np.random.Generator:
+    def __call__(self, index: int, op_seed: int = 0) -> np.random.Generator:
         local = self._local
         gen = getattr(local, "gen", None)
         if gen is None:
-            gen = local.gen = np.random.Generator(np.random.Philox(key=int(self._key[0])))
+            gen = local.gen = np.random.Generator(np.random.Philox(self._seed))
         gen.bit_generator.state = {
             "bit_generator": "Philox",
             "state": {
-                "counter": np.array([0, 0, 0, int(index) & _M64], dtype=np.uint64),
+                "counter": np.array([0, 0, int(op_seed) & _M64, int(index) & _M64], dtype=np.uint64),
                 "key": self._key,
             },
             "buffer": np.zeros(4, dtype=np.uint64),
@@ -125,100 +187,257 @@ class ElementRngs:
         return gen
 
 
-def _mix_array(x: np.ndarray) -> np.ndarray:
-    x = x + np.uint64(_GOLDEN)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(_MIX1)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(_MIX2)
-    return x ^ (x >> np.uint64(31))
+# --- Grain's index shuffle ----------------------------------------------------------------------
 
 
-_ROUNDS_DEFAULT = 6
+def _seed_seq_words(seed: int, count: int) -> tuple[int, ...]:
+    """``std::seed_seq{seed}.generate(...)`` of ``count`` 32-bit words (C++ [rand.util.seedseq])."""
+    n = count
+    words = [0x8B8B8B8B] * n
+    t = 11 if n >= 623 else 7 if n >= 68 else 5 if n >= 39 else 3 if n >= 7 else (n - 1) // 2
+    p = (n - t) // 2
+    q = p + t
+    m = max(2, n)  # max(len(seed list) + 1, n) with a one-word seed list
+
+    def tmix(x: int) -> int:
+        return x ^ (x >> 27)
+
+    for k in range(m):
+        r1 = (1664525 * tmix(words[k % n] ^ words[(k + p) % n] ^ words[(k - 1) % n])) & _M32
+        r2 = r1 + (1 if k == 0 else (k % n + seed) if k == 1 else k % n)
+        r2 &= _M32
+        words[(k + p) % n] = (words[(k + p) % n] + r1) & _M32
+        words[(k + q) % n] = (words[(k + q) % n] + r2) & _M32
+        words[k % n] = r2
+    for k in range(m, m + n):
+        r3 = (1566083941 * tmix((words[k % n] + words[(k + p) % n] + words[(k - 1) % n]) & _M32)) & _M32
+        r4 = (r3 - k % n) & _M32
+        words[(k + p) % n] ^= r3
+        words[(k + q) % n] ^= r4
+        words[k % n] = r4
+    return tuple(words)
 
 
-def index_shuffle(index: int, max_index: int, seed: int, rounds: int = _ROUNDS_DEFAULT) -> int:
-    """The position of ``index`` in a seeded permutation of ``[0, max_index]`` (inclusive, as in
-    Grain's ``index_shuffle``); ``IndexPermutation(max_index + 1, seed, rounds=rounds)(index)``."""
-    return IndexPermutation(max_index + 1, seed, rounds=rounds)(index)
+def _block_bits(max_index: int) -> int:
+    # Grain sizes the block from the floating-point log2 (so max_index == 2**k, k >= 16, gets k
+    # bits and its top index aliases index 0 — kept, as it decides Grain's order).
+    bits = math.ceil(math.log2(float(max_index)))
+    bits = max(bits + bits % 2, 16)
+    return 64 if bits > 62 else bits
 
 
-class IndexPermutation:
-    """A keyed bijection on ``[0, n)``: an unbalanced Feistel network over the smallest power of two
-    at or above ``n`` (so at most twice ``n``), with cycle walking back into range.
+def _check_rounds(rounds: Any) -> int:
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)):
+        raise TypeError(f"rounds must be an int, got {type(rounds).__name__} {rounds!r}.")
+    r = int(rounds)
+    if r < 4 or r > 1024 or r % 2:
+        raise ValueError(f"rounds must be an even integer between 4 and 1024, but got rounds = {r}")
+    return r
 
-    ``perm(i)`` maps one index, ``perm(array)`` maps an integer array elementwise; both agree. Memory
-    is O(1) in ``n``. ``perm.inverse(j)`` undoes ``perm(i)``.
+
+class IndexShuffle:
+    """Grain's ``index_shuffle`` as a reusable, vectorised bijection on ``[0, max_index]``.
+
+    ``shuffle(i)`` equals ``index_shuffle(i, max_index, seed, rounds)``; ``shuffle(array)`` maps an
+    integer array elementwise. Memory is O(1) in ``max_index``: blocks of up to 16 bits (indices
+    below 65,537) are mapped through one cached table of at most 65,537 entries, larger ones by
+    cycle walking the cipher over the requested indices only.
     """
 
-    _SCALAR_BELOW = 64  # arrays this small are mapped element by element (fewer numpy calls)
+    def __init__(self, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS):
+        max_index = operator.index(max_index)
+        if max_index < 0:
+            raise ValueError(f"max_index must be >= 0, got {max_index}.")
+        if max_index >= 2**63:
+            raise ValueError(f"max_index must be < 2**63, got {max_index}.")
+        self.max_index = max_index
+        self.seed = validate_seed(seed)
+        self.rounds = _check_rounds(rounds)
+        self._half = _block_bits(max_index) // 2 if max_index else 8
+        self._keys = _seed_seq_words(self.seed, self.rounds)
 
-    def __init__(self, n: int, seed: int, epoch: int = 0, rounds: int = _ROUNDS_DEFAULT):
-        n = operator.index(n)
-        if n < 0:
-            raise ValueError(f"permutation size must be >= 0, got {n}.")
-        if n > 2**62:
-            raise ValueError(f"permutation size must be <= 2**62, got {n}.")
-        self.n = n
-        bits = max(2, (max(n - 1, 1)).bit_length())
-        high, low = bits // 2, bits - bits // 2
-        # Round r splits the value into a high part of splits[r][0] bits and a low part of
-        # splits[r][1] bits; each round swaps the two sizes.
-        if not isinstance(rounds, int) or rounds < 2:
-            raise ValueError(f"a permutation needs at least 2 Feistel rounds, got {rounds!r}.")
-        self._splits = tuple((high, low) if r % 2 == 0 else (low, high) for r in range(rounds))
-        base = derive_seed((validate_seed(seed), operator.index(epoch) & _M64))
-        self._keys = tuple(_splitmix64((base << 8) | r) for r in range(rounds))
+    # The cipher, on Python ints and on uint64 arrays alike.
+    def _encrypt(self, x: Any) -> Any:
+        w = self._half
+        if isinstance(x, np.ndarray):
+            mask, one, two, eight, ww = (np.uint64(v) for v in ((1 << w) - 1, 1, 2, 8, w))
+            keys = [np.uint64(k & ((1 << w) - 1)) for k in self._keys]
+        else:
+            mask, one, two, eight, ww = (1 << w) - 1, 1, 2, 8, w
+            keys = [k & mask for k in self._keys]
 
-    def _encrypt(self, x: int) -> int:
-        for key, (hb, lb) in zip(self._keys, self._splits):
-            lo = x & ((1 << lb) - 1)
-            x = (lo << hb) | ((x >> lb) ^ (_splitmix64(lo ^ key) & ((1 << hb) - 1)))
-        return x
+        def rotl(v, r):
+            return ((v << r) & mask) | (v >> (ww - r))
 
-    def __call__(self, index):
+        left = (x >> ww) & mask
+        right = x & mask
+        for i in range(0, len(keys), 2):
+            left = left ^ ((rotl(right, one) & rotl(right, eight)) ^ rotl(right, two)) ^ keys[i]
+            right = right ^ ((rotl(left, one) & rotl(left, eight)) ^ rotl(left, two)) ^ keys[i + 1]
+        return (left << ww) | right
+
+    def _decrypt(self, x: int) -> int:
+        w = self._half
+        mask = (1 << w) - 1
+        keys = [k & mask for k in self._keys]
+
+        def f(v: int) -> int:
+            def rotl(u: int, r: int) -> int:
+                return ((u << r) & mask) | (u >> (w - r))
+
+            return (rotl(v, 1) & rotl(v, 8)) ^ rotl(v, 2)
+
+        left, right = (x >> w) & mask, x & mask
+        for i in range(len(keys) - 2, -1, -2):
+            right ^= f(left) ^ keys[i + 1]
+            left ^= f(right) ^ keys[i]
+        return (left << w) | right
+
+    def _check_index(self, i: int) -> None:
+        if not 0 <= i <= self.max_index:
+            raise ValueError(
+                f"index must be in [0, max_index], but got index = {i} and max_index = {self.max_index}"
+            )
+
+    def __call__(self, index: Any) -> Any:
         if isinstance(index, np.ndarray):
-            if index.size < self._SCALAR_BELOW:
-                flat = [self(int(i)) for i in index.reshape(-1).tolist()]
-                return np.asarray(flat, dtype=np.int64).reshape(index.shape)
             return self._map_array(index)
         i = operator.index(index)
-        if not 0 <= i < self.n:
-            raise IndexError(f"index {i} out of range for a permutation of {self.n}.")
+        self._check_index(i)
+        if self.max_index == 0:
+            return 0
+        if self._half == 8:
+            return int(_small_table(self.max_index, self.seed, self.rounds)[i])
+        x = i
         while True:
-            i = self._encrypt(i)
-            if i < self.n:
-                return i
+            x = self._encrypt(x)
+            if x <= self.max_index:
+                return x
 
     def _map_array(self, indices: np.ndarray) -> np.ndarray:
-        x = np.asarray(indices, dtype=np.uint64)
-        if x.size and (int(x.max()) >= self.n):
-            raise IndexError(f"index {int(x.max())} out of range for a permutation of {self.n}.")
-        out = x.copy()
-        pending = np.arange(x.size)
-        cur = x.copy()
-        n = np.uint64(self.n)
-        rounds = [
-            (np.uint64(k), np.uint64(hb), np.uint64(lb), np.uint64((1 << hb) - 1), np.uint64((1 << lb) - 1))
-            for k, (hb, lb) in zip(self._keys, self._splits)
-        ]
+        flat = np.asarray(indices).reshape(-1)
+        if flat.size == 0:
+            return np.zeros(np.shape(indices), dtype=np.int64)
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi > self.max_index:
+            self._check_index(lo if lo < 0 else hi)
+        if self.max_index == 0:
+            return np.zeros(np.shape(indices), dtype=np.int64)
+        if self._half == 8:
+            table = _small_table(self.max_index, self.seed, self.rounds)
+            return table[flat.astype(np.int64)].astype(np.int64).reshape(np.shape(indices))
+        cur = flat.astype(np.uint64)
+        out = np.empty_like(cur)
+        pending = np.arange(cur.size)
+        top = np.uint64(self.max_index)
         with np.errstate(over="ignore"):
             while pending.size:
-                for key, hb, lb, hmask, lmask in rounds:
-                    lo = cur & lmask
-                    cur = (lo << hb) | ((cur >> lb) ^ (_mix_array(lo ^ key) & hmask))
-                done = cur < n
+                cur = self._encrypt(cur)
+                done = cur <= top
                 out[pending[done]] = cur[done]
                 pending, cur = pending[~done], cur[~done]
         return out.astype(np.int64).reshape(np.shape(indices))
+
+    def inverse(self, index: int) -> int:
+        """Returns ``i`` with ``self(i) == index`` (for blocks where Grain's map is a bijection)."""
+        j = operator.index(index)
+        self._check_index(j)
+        if self.max_index == 0:
+            return 0
+        while True:
+            j = self._decrypt(j)
+            if j <= self.max_index:
+                return j
+
+
+def _simon_f8() -> np.ndarray:
+    v = np.arange(256, dtype=np.uint16)
+
+    def rotl(u: np.ndarray, r: int) -> np.ndarray:
+        return ((u << r) & 0xFF) | (u >> (8 - r))
+
+    return ((rotl(v, 1) & rotl(v, 8)) ^ rotl(v, 2)).astype(np.uint8)
+
+
+_F8 = _simon_f8()  # Simon's round function on 8-bit words, as a table
+
+
+@functools.lru_cache(maxsize=32)
+def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
+    """The whole map of a 16-bit-block shuffle: every index's first landing in ``[0, max_index]``.
+
+    Encrypts the 65,536-value domain once (8-bit words, round function by table), then follows the
+    cipher's cycles by pointer doubling (``jump = jump[jump]`` for values still outside the range)
+    until every in-range start has landed.
+    """
+    keys = [np.uint8(k & 0xFF) for k in _seed_seq_words(seed, rounds)]
+    domain = np.arange(1 << 16, dtype=np.uint32)
+    left = (domain >> 8).astype(np.uint8)
+    right = domain.astype(np.uint8)
+    for i in range(0, len(keys), 2):
+        left ^= _F8[right] ^ keys[i]
+        right ^= _F8[left] ^ keys[i + 1]
+    jump = (left.astype(np.int32) << 8) | right
+    limit = min(max_index, (1 << 16) - 1)
+    active = np.flatnonzero(jump > limit)
+    while (jump[: limit + 1] > limit).any():
+        landed = jump[jump[active]]
+        jump[active] = landed
+        active = active[landed > limit]
+    table = jump[: limit + 1]
+    if max_index == 1 << 16:  # the top index is truncated to 16 bits: it lands where 0 does
+        table = np.append(table, table[0])
+    return table.astype(np.int64)
+
+
+def index_shuffle(index: int, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS) -> int:
+    """The position of ``index`` in Grain's seeded permutation of ``[0, max_index]``.
+
+    Same arguments, results and errors as ``grain.experimental.index_shuffle``.
+    """
+    idx, top = operator.index(index), operator.index(max_index)
+    r = _check_rounds(rounds)
+    if not 0 <= idx <= top:
+        raise ValueError(f"index must be in [0, max_index], but got index = {idx} and max_index = {top}")
+    return _cached_shuffle(top, validate_seed(seed), r)(idx)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_shuffle(max_index: int, seed: int, rounds: int) -> IndexShuffle:
+    return IndexShuffle(max_index, seed, rounds)
+
+
+class IndexPermutation:
+    """Epoch ``epoch`` of Grain's global shuffle of ``n`` elements seeded ``seed``.
+
+    ``perm(i)`` is ``index_shuffle(i, n - 1, (seed + epoch) % 2**32, rounds=4)``; ``perm(array)``
+    maps an integer array elementwise. Memory is O(1) in ``n``.
+    """
+
+    def __init__(self, n: int, seed: int, epoch: int = 0, rounds: int = SHUFFLE_ROUNDS):
+        n = operator.index(n)
+        if n < 0:
+            raise ValueError(f"permutation size must be >= 0, got {n}.")
+        if n > 2**63:
+            raise ValueError(f"permutation size must be <= 2**63, got {n}.")
+        self.n = n
+        self.seed = (validate_seed(seed) + operator.index(epoch)) % 2**32
+        self._shuffle = IndexShuffle(max(n - 1, 0), self.seed, rounds)
+
+    def __call__(self, index: Any) -> Any:
+        if isinstance(index, np.ndarray):
+            if index.size and (int(index.min()) < 0 or int(index.max()) >= self.n):
+                bad = int(index.min()) if int(index.min()) < 0 else int(index.max())
+                raise IndexError(f"index {bad} out of range for a permutation of {self.n}.")
+            return self._shuffle(index)
+        i = operator.index(index)
+        if not 0 <= i < self.n:
+            raise IndexError(f"index {i} out of range for a permutation of {self.n}.")
+        return self._shuffle(i)
 
     def inverse(self, index: int) -> int:
         """Returns ``i`` such that ``self(i) == index``."""
         j = operator.index(index)
         if not 0 <= j < self.n:
             raise IndexError(f"index {j} out of range for a permutation of {self.n}.")
-        while True:
-            for key, (hb, lb) in zip(reversed(self._keys), reversed(self._splits)):
-                lo = j >> hb
-                hi = (j & ((1 << hb) - 1)) ^ (_splitmix64(lo ^ key) & ((1 << hb) - 1))
-                j = (hi << lb) | lo
-            if j < self.n:
-                return j
+        return self._shuffle.inverse(j)

@@ -70,7 +70,7 @@ def test_random_map_same_result_in_threads_and_bulk():
     assert threaded == single
 
 
-@pytest.mark.parametrize("n", [0, 2**62 + 1])
+@pytest.mark.parametrize("n", [0, 2**63 + 1])
 def test_permutation_size_bounds(n):
     if n == 0:
         assert seeds.IndexPermutation(0, 1).n == 0

@@ -83,15 +83,14 @@ class _DatasetBase:
 
     @property
     def _default_seed(self) -> int | None:
-        """The seed a random transformation placed here derives from ``seed()`` upstream, or None."""
-        if not self._lineage.seeds:
-            return None
-        return _seeds.derive_seed(self._lineage.seeds, self._lineage.depth)
+        """The seed a random transformation placed here derives from ``seed()`` upstream, or None
+        (Grain's derivation: ``grain_core.seeds.default_seed``)."""
+        return _seeds.default_seed(self)
 
-    def _resolve_seed(self, seed: int | None) -> int:
+    def _resolve_seed(self, seed: int | None, *, bounded: bool = True) -> int:
         """An explicit seed if given, else the derived pipeline seed, else a fixed default."""
         if seed is not None:
-            return _seeds.validate_seed(seed)
+            return _seeds.validate_seed(seed, bounded=bounded)
         derived = self._default_seed
         if derived is not None:
             return derived
@@ -273,12 +272,15 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
         return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
-        (``len == sys.maxsize``)."""
+        (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
+        one exactly (random stages upstream are not reseeded)."""
         from grain_core.dataset.map_ops import RepeatMapDataset
 
-        return RepeatMapDataset(self, num_epochs)
+        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""

@@ -84,7 +84,8 @@ class SeedIterDataset(_OneParentIterDataset):
 
     def __init__(self, parent: IterDataset, seed: int):
         super().__init__(parent)
-        self._seed = _seeds.validate_seed(seed)
+        self._seed = _seeds.validate_seed(seed, bounded=False)
+        self._seed_rng_seed = self._seed  # read by grain_core.seeds.default_seed
         self._lineage = _SeedLineage((self._seed,), 0)
 
     def __iter__(self):
@@ -143,7 +144,7 @@ class RandomMapIterDataset(_OneParentIterDataset):
         super().__init__(parent)
         self._transform = transform
         self._fn = as_callable(transform, tr.RandomMap, "random_map()")
-        self._seed = self._resolve_seed(seed)
+        self._seed = self._resolve_seed(seed, bounded=False)
 
     def __iter__(self):
         return _RandomMapIterator(iter(self._parent), self._fn, self._seed)

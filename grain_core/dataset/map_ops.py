@@ -90,7 +90,8 @@ class SeedMapDataset(MapDataset):
 
     def __init__(self, parent: MapDataset, seed: int):
         super().__init__(parent)
-        self._seed = _seeds.validate_seed(seed)
+        self._seed = _seeds.validate_seed(seed, bounded=False)
+        self._seed_rng_seed = self._seed  # read by grain_core.seeds.default_seed
         self._lineage = _SeedLineage((self._seed,), 0)
         self._parent = parent
 
@@ -108,7 +109,7 @@ class SeedMapDataset(MapDataset):
 
 
 class ShuffleMapDataset(MapDataset):
-    """A global shuffle: a keyed bijection per epoch (see ``grain_core.seeds.IndexPermutation``)."""
+    """Grain's global shuffle: epoch ``e`` is ``grain_core.seeds.IndexPermutation(n, seed, e)``."""
 
     def __init__(self, parent: MapDataset, seed: int | None = None):
         super().__init__(parent)
@@ -237,13 +238,13 @@ class MapMapDataset(_OneToOneMapDataset):
 
 
 class RandomMapMapDataset(_OneToOneMapDataset):
-    """``transform(element, rng)`` with ``rng = element_rng(seed, index)``."""
+    """``transform(element, rng)`` with Grain's ``rng = element_rng(seed, index)``."""
 
     one_to_one = True
 
     def __init__(self, parent: MapDataset, transform: Any, seed: int | None = None):
         super().__init__(parent, transform, tr.RandomMap, "random_map()")
-        self._seed = self._resolve_seed(seed)
+        self._seed = self._resolve_seed(seed, bounded=False)
         self._rngs = _seeds.ElementRngs(self._seed)
 
     def _fingerprint_fields(self):
@@ -381,9 +382,15 @@ class BatchMapDataset(MapDataset):
 
 
 class RepeatMapDataset(MapDataset):
-    """``num_epochs`` epochs of the parent; forever (``len == sys.maxsize``) when ``None``."""
+    """``num_epochs`` epochs of the parent; forever (``len == sys.maxsize``) when ``None``.
 
-    def __init__(self, parent: MapDataset, num_epochs: int | None = None):
+    Epoch ``e`` reads the parent's indices of epoch ``e`` (so upstream shuffles and random maps
+    differ per epoch), or, with ``reseed_each_epoch=False``, those of epoch 0 again (as in Grain).
+    """
+
+    def __init__(
+        self, parent: MapDataset, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ):
         super().__init__(parent)
         n = len(parent)
         if n >= sys.maxsize:
@@ -395,17 +402,23 @@ class RepeatMapDataset(MapDataset):
         # Repeating an empty dataset gives an empty one (as in Grain), never an infinite dataset
         # that fails on its first read.
         self._len = n * num_epochs if num_epochs is not None else (sys.maxsize if n else 0)
+        self._parent_len = n
+        self._reseed = bool(reseed_each_epoch)
 
     def __len__(self):
         return self._len
 
     def _fingerprint_fields(self):
-        return (self._epochs,)
+        return (self._epochs,) if self._reseed else (self._epochs, False)
 
     def _getitem(self, index):
+        if not self._reseed:
+            index = index % self._parent_len
         return self._parent._getitem(index)
 
     def __getitems__(self, indices):
+        if not self._reseed:
+            indices = _index_array(indices) % self._parent_len
         return self._parent.__getitems__(indices)
 
 
