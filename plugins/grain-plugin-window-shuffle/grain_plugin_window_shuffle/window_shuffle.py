@@ -1,11 +1,15 @@
-"""Shuffles within windows of consecutive elements.
+"""Shuffles within windows of consecutive elements, in Grain's order.
 
-``WindowShuffleMapDataset`` permutes every window of ``window_size`` consecutive indices of each
-epoch (the last window may be shorter) with a keyed bijection, so every element appears exactly once
-per epoch and stays inside its window; the permutation differs per window and per epoch.
+``WindowShuffleMapDataset`` permutes every window of ``window_size`` consecutive indices with
+Grain's ``index_shuffle`` seeded ``seed + window number`` (windows count over all indices, across
+epochs). As in Grain, the last, partial window of a finite dataset is still shuffled as a full
+window, so it may read indices past the end (the parent's next epoch); pass
+``clip_last_window=True`` to keep every epoch a permutation of its elements instead (see
+``docs/differences.md``).
 
-``WindowShuffleIterDataset`` reads ``window_size`` elements into memory, yields them in a shuffled
-order, and repeats. Both are seeded by an explicit ``seed`` or, when it is None, by the pipeline seed
+``WindowShuffleIterDataset`` reads ``window_size`` elements into memory and yields them as Grain
+does: window ``k`` is ordered by ``index_shuffle(pos, len - 1, seed + k)`` and emitted from its
+end. Both are seeded by an explicit ``seed`` or, when it is None, by the pipeline seed
 (``ds.seed(...)`` upstream) through the kernel's seed contract.
 """
 
@@ -28,20 +32,29 @@ def _check_window_size(window_size: Any, where: str) -> int:
     return w
 
 
-def window_permutation(size: int, seed: int, *salt: int) -> _seeds.IndexPermutation:
-    """The keyed permutation of one window: ``IndexPermutation`` keyed by ``derive_seed(seed, *salt)``."""
-    return _seeds.IndexPermutation(size, _seeds.derive_seed(seed, *salt))
+def window_permutation(size: int, seed: int, window: int) -> _seeds.IndexShuffle:
+    """Grain's permutation of window number ``window`` holding ``size`` elements:
+    ``index_shuffle(i, size - 1, (seed + window) % 2**32, rounds=4)``."""
+    return _seeds.IndexShuffle(max(size - 1, 0), (seed + window) % 2**32)
 
 
 class WindowShuffleMapDataset(grain.MapDataset):
     """Shuffles the elements of ``parent`` within windows of ``window_size`` consecutive indices.
 
-    Element ``i`` of epoch ``e`` (``i = e * len + j``) is read from the parent at
-    ``e * len + start + perm(j - start)``, where ``start`` is the first index of ``j``'s window and
-    ``perm`` is ``IndexPermutation(window length, derive_seed(seed, e, window number))``.
+    Element ``i`` is read from the parent at ``k * window_size + perm_k(i - k * window_size)``
+    where ``k = i // window_size`` and ``perm_k = window_permutation(window_size, seed, k)`` (as in
+    Grain). With ``clip_last_window=True`` windows restart every epoch and the last one of an
+    epoch is permuted within its own, shorter length, so no index past the epoch is read.
     """
 
-    def __init__(self, parent: grain.MapDataset, window_size: int, seed: int | None = None):
+    def __init__(
+        self,
+        parent: grain.MapDataset,
+        window_size: int,
+        seed: int | None = None,
+        *,
+        clip_last_window: bool = False,
+    ):
         if not isinstance(parent, grain.MapDataset):
             raise TypeError(
                 f"WindowShuffleMapDataset expects a MapDataset, got {type(parent).__name__}."
@@ -51,24 +64,29 @@ class WindowShuffleMapDataset(grain.MapDataset):
         self._window = _check_window_size(window_size, "WindowShuffleMapDataset")
         self._seed = self._resolve_seed(seed)
         self._n = len(parent)
-        self._cache: tuple[int, int, _seeds.IndexPermutation] | None = None
+        self._clip = bool(clip_last_window)
+        self._cache: tuple[int, int, _seeds.IndexShuffle] | None = None
 
     def __len__(self) -> int:
         return self._n
 
     def _fingerprint_fields(self):
-        return (self._window, self._seed)
+        return (self._window, self._seed) + ((True,) if self._clip else ())
 
     def __str__(self) -> str:
         return f"WindowShuffleMapDataset(window_size={self._window}, seed={self._seed})"
 
-    def _perm(self, epoch: int, window: int) -> _seeds.IndexPermutation:
+    def _perm(self, epoch: int, window: int) -> _seeds.IndexShuffle:
         c = self._cache
         if c is not None and c[0] == epoch and c[1] == window:
             return c[2]
-        start = window * self._window
-        size = min(self._window, self._n - start)
-        perm = window_permutation(size, self._seed, epoch, window)
+        if self._clip:
+            start = window * self._window
+            size = min(self._window, self._n - start)
+            nwin = -(-self._n // self._window)
+            perm = window_permutation(size, self._seed, epoch * nwin + window)
+        else:
+            perm = window_permutation(self._window, self._seed, window)
         self._cache = (epoch, window, perm)
         return perm
 
@@ -76,6 +94,9 @@ class WindowShuffleMapDataset(grain.MapDataset):
         n = self._n
         if n == 0:
             raise IndexError("Cannot read from an empty dataset.")
+        if not self._clip:
+            window, local = divmod(index, self._window)
+            return self._parent._getitem(window * self._window + self._perm(0, window)(local))
         epoch, j = divmod(index, n)
         window, local = divmod(j, self._window)
         return self._parent._getitem(
@@ -89,6 +110,13 @@ class WindowShuffleMapDataset(grain.MapDataset):
         n, w = self._n, self._window
         if n == 0:
             raise IndexError("Cannot read from an empty dataset.")
+        if not self._clip:  # Grain's windows: over the global index, all of full length
+            windows, local = np.divmod(idx, w)
+            out = np.empty_like(idx)
+            for win in np.unique(windows).tolist():
+                sel = windows == win
+                out[sel] = self._perm(0, win)(local[sel])
+            return self._parent.__getitems__(windows * w + out)
         epochs, j = np.divmod(idx, n)
         windows, local = np.divmod(j, w)
         out = np.empty_like(idx)
@@ -108,8 +136,10 @@ class WindowShuffleMapDataset(grain.MapDataset):
 class WindowShuffleIterDataset(grain.IterDataset):
     """Reads ``window_size`` elements of ``parent``, yields them shuffled, and repeats.
 
-    Window ``k`` (counted from 0) is ordered by ``IndexPermutation(len, derive_seed(seed, k))``; the
-    last window holds whatever is left. The iterator state is the parent state at the start of the
+    Window ``k`` (counted from 0) holding ``len`` elements ``x`` is emitted as
+    ``x[perm(len - 1)], x[perm(len - 2)], ..., x[perm(0)]`` with
+    ``perm = window_permutation(len, seed, k)`` (Grain's order); the last window holds whatever is
+    left. The iterator state is the parent state at the start of the
     current window, the window number and how many of its elements were yielded; restoring re-reads
     the window from the parent.
     """
@@ -158,7 +188,7 @@ class _WindowShuffleIterator(grain.DatasetIterator):
         if not items:
             self._buf, self._pos = [], 0
             return
-        order = window_permutation(len(items), self._seed, self._index)(np.arange(len(items)))
+        order = window_permutation(len(items), self._seed, self._index)(np.arange(len(items)))[::-1]
         self._buf = [items[i] for i in order.tolist()]
         self._pos = 0
 

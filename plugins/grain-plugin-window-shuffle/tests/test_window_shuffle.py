@@ -14,9 +14,17 @@ def _windows_ok(out, n, w):
         assert sorted(out[k : k + w]) == list(range(k, min(k + w, n)))
 
 
+def test_map_grain_windows_read_past_a_partial_last_window():
+    # Grain's order (recorded in tests/compat_semantics): the partial last window is shuffled as a
+    # full one, so it reads indices of the next epoch.
+    ds = grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(20), window_size=6, seed=3)
+    assert list(ds) == [4, 3, 0, 1, 2, 5, 11, 6, 10, 9, 8, 7, 16, 12, 17, 15, 13, 14, 0, 3]
+    assert ds.__getitems__(list(range(20))) == list(ds)
+
+
 def test_map_permutes_within_windows_and_epochs():
     ds = grain.MapDataset.source(range(1000)).pipe(
-        grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0
+        grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0, clip_last_window=True
     )
     out = list(ds)
     _windows_ok(out, 1000, 128)
