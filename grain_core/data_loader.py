@@ -2,18 +2,20 @@
 
 The loader is a thin layer over the Dataset kernel. It builds::
 
-    _SamplerSourceMapDataset   position i -> data_source[sampler.record_key(i)]  (bulk reads)
+    _SamplerSourceMapDataset   position i -> data_source[sampler[i * shard_count + shard_index]]
+                               (bulk reads; shard options are the loader's, else the sampler's)
     _OperationsMapDataset      the leading Map / RandomMap / MapWithIndex / Filter operations, each
                                record seeing its sampler metadata (index, rng)
-    [i::shard_count]           only when the DataLoader itself is given shard_options
-    .batch(...)                the first Batch, when no Filter or FlatMap precedes it
+    .batch(...)                the first Batch, when no Filter or FlatMap precedes it and there
+                               are no workers
     .to_iter_dataset(read_options)
     .apply(rest)               the operations from the first FlatMap (or filtered Batch) on
     .mp_prefetch(MultiprocessingOptions(worker_count, worker_buffer_size))   when worker_count > 0
 
 so threads, worker processes and checkpointing all come from the kernel and the runtime. With workers
-each worker reads its slice of the ``MapDataset`` stage and runs the rest of the pipeline itself, so
-iterator-side batching (after a ``Filter`` or ``FlatMap``) happens per worker, as in Grain.
+each worker reads every ``worker_count``-th element of the ``MapDataset`` stage and runs the rest of
+the pipeline, batching included, itself; batches come from the workers in turn. This is Grain's
+order: ``range(8)``, ``Batch(4)`` and 2 workers give ``[0, 2, 4, 6]``, ``[1, 3, 5, 7]``.
 """
 
 from __future__ import annotations
@@ -74,14 +76,21 @@ def _sampler_len(sampler: Any) -> int:
         return sys.maxsize
 
 
-class _SamplerSourceMapDataset(MapDataset):
-    """Position ``i`` of the sampler's stream → the data source's record at ``sampler[i]``."""
+def _sampler_index(positions: np.ndarray, shard_options: ShardOptions) -> np.ndarray:
+    """The sampler's (global) indices of this shard's stream positions."""
+    return positions * shard_options.shard_count + shard_options.shard_index
 
-    def __init__(self, sampler: Any, source: Any):
+
+class _SamplerSourceMapDataset(MapDataset):
+    """Position ``i`` of this shard's stream → the data source's record at
+    ``sampler[i * shard_count + shard_index]`` (Grain's ``_SamplerMapDataset``)."""
+
+    def __init__(self, sampler: Any, source: Any, shard_options: ShardOptions):
         super().__init__()
         self._sampler = sampler
         self._source = source
-        self._len = _sampler_len(sampler)
+        self._shards = shard_options
+        self._len = _sampler_len(sampler) // shard_options.shard_count
         self._bulk = getattr(source, "__getitems__", None)
         self._keys = getattr(sampler, "record_keys", None)
 
@@ -92,6 +101,7 @@ class _SamplerSourceMapDataset(MapDataset):
         return (repr(self._sampler), source_identity(self._source))
 
     def _record_keys(self, positions: np.ndarray) -> list[int]:
+        positions = _sampler_index(positions, self._shards)
         if self._keys is not None:
             return self._keys(positions).tolist()
         return [int(self._sampler[i].record_key) for i in positions.tolist()]
@@ -121,10 +131,13 @@ class _OperationsMapDataset(MapDataset):
     generator shared by all RandomMaps of a record, as in Grain), ``MapWithIndex`` the position.
     A failed ``Filter`` gives ``None``."""
 
-    def __init__(self, parent: MapDataset, ops: Sequence[Any], sampler: Any):
+    def __init__(
+        self, parent: MapDataset, ops: Sequence[Any], sampler: Any, shard_options: ShardOptions
+    ):
         super().__init__(parent)
         self._parent = parent
         self._sampler = sampler
+        self._shards = shard_options
         self._names = tuple(type(op).__name__ for op in ops)
         steps = []
         for op in ops:
@@ -147,6 +160,7 @@ class _OperationsMapDataset(MapDataset):
         return self._names
 
     def _record_rng(self, index: int):
+        index = index * self._shards.shard_count + self._shards.shard_index
         if self._rng is not None:
             return self._rng(index)
         return self._sampler[index].rng
@@ -209,14 +223,15 @@ class DataLoader:
     Args:
       data_source: a ``RandomAccessDataSource`` (``len`` and ``[]``); used as a context manager
         while iterating when it is one.
-      sampler: an ``IndexSampler`` (or any ``Sampler``); its ``num_records`` must equal
-        ``len(data_source)``.
+      sampler: an ``IndexSampler`` (or any ``Sampler``); its ``num_records`` may be smaller than
+        ``len(data_source)`` (the first records are read), not larger.
       operations: ``Map``, ``RandomMap``, ``MapWithIndex``, ``Filter``, ``FlatMap`` and ``Batch``
         objects, applied in order.
       worker_count: worker processes (0 reads in this process).
       worker_buffer_size: elements each worker may hold ahead of the consumer.
-      shard_options: shard the sampler's stream here instead (every ``shard_count``-th position,
-        starting at ``shard_index``); only with an unsharded sampler.
+      shard_options: which positions of the sampler's stream this process reads (every
+        ``shard_count``-th, starting at ``shard_index``); by default the sampler's
+        ``shard_options`` (as in Grain), else no sharding.
       read_options: threads and read-ahead of each process; by default
         :func:`default_read_options` (at most 16 threads per process, fewer on small machines).
       enable_profiling: log per-worker timings.
@@ -244,10 +259,11 @@ class DataLoader:
                 f"DataLoader sampler must be an IndexSampler or Sampler, got {type(sampler).__name__}."
             )
         num_records = getattr(sampler, "num_records", None)
-        if num_records is not None and num_records != len(data_source):
+        if num_records is not None and num_records > len(data_source):
             raise ValueError(
-                f"The sampler has num_records={num_records} but the data source has "
-                f"{len(data_source)} records; build the sampler with num_records=len(data_source)."
+                f"The sampler has num_records={num_records} but the data source has only "
+                f"{len(data_source)} records; build the sampler with num_records <= "
+                "len(data_source)."
             )
         self._operations = _check_operations(operations)
         worker_count = 0 if worker_count is None else worker_count
@@ -264,15 +280,12 @@ class DataLoader:
             raise TypeError(
                 f"shard_options must be a ShardOptions, got {type(shard_options).__name__}."
             )
-        if shard_options is not None and shard_options.shard_count > 1:
-            sampler_shards = getattr(sampler, "shard_options", None)
-            if sampler_shards is not None and sampler_shards.shard_count > 1:
-                raise ValueError(
-                    "Both the sampler and the DataLoader have shard_options; shard in one place "
-                    "(preferably the sampler)."
-                )
-        else:
-            shard_options = None
+        if shard_options is None:
+            shard_options = getattr(sampler, "shard_options", None)
+            if not isinstance(shard_options, ShardOptions):
+                shard_options = getattr(sampler, "_shard_options", None)
+            if not isinstance(shard_options, ShardOptions):
+                shard_options = ShardOptions(0, 1)
         for i, op in enumerate(self._operations):
             if isinstance(op, tr.RandomMap) and getattr(sampler, "rng_seed", 0) is None:
                 raise ValueError(
@@ -319,19 +332,13 @@ class DataLoader:
         split = next(
             (i for i, op in enumerate(ops) if isinstance(op, (tr.FlatMap, tr.Batch))), len(ops)
         )
-        ds: MapDataset = _SamplerSourceMapDataset(self._sampler, source)
+        ds: MapDataset = _SamplerSourceMapDataset(self._sampler, source, self._shard_options)
         if split:
-            ds = _OperationsMapDataset(ds, ops[:split], self._sampler)
-        if self._shard_options is not None:
-            so = self._shard_options
-            n = len(ds)
-            stop = None
-            if so.drop_remainder and n < sys.maxsize:
-                stop = (n // so.shard_count) * so.shard_count
-            ds = ds[so.shard_index : stop : so.shard_count]
+            ds = _OperationsMapDataset(ds, ops[:split], self._sampler, self._shard_options)
         rest = ops[split:]
         filtered = any(isinstance(op, tr.Filter) for op in ops[:split])
-        if rest and isinstance(rest[0], tr.Batch) and not filtered:
+        workers = self._mp_options.num_workers > 0
+        if rest and isinstance(rest[0], tr.Batch) and not filtered and not workers:
             b = rest[0]
             ds = ds.batch(b.batch_size, drop_remainder=b.drop_remainder, batch_fn=b.batch_fn)
             rest = rest[1:]

@@ -1,11 +1,12 @@
-"""Samplers: which record the ``DataLoader`` reads at each position of its stream.
+"""Samplers: which record the ``DataLoader`` reads at each position of its stream, as in Grain.
 
-``IndexSampler`` covers epochs (a fixed number or forever), per-epoch shuffling within this process's
-shard and contiguous sharding. Position ``i`` of the stream is epoch ``i // shard_size``; within an
-epoch the shard's records are visited in order or in the order of
-``seeds.IndexPermutation(shard_size, seed, epoch)``, so every epoch is shuffled differently and every
-run with the same seed identically. ``sampler[i]`` is the ``RecordMetadata`` of position ``i``; its
-``rng`` is ``seeds.element_rng`` keyed by a seed derived from ``seed`` and the shard, and by ``i``.
+A sampler's positions are *global*: with ``shard_count`` shards, the ``DataLoader`` of shard ``k``
+reads positions ``k, k + shard_count, k + 2 * shard_count, ...``. ``IndexSampler`` position ``p``
+reads, from its shard's records ``[start, end)`` (``ShardOptions.bounds``), record
+``start + perm_e(j)`` where ``q = p // shard_count``, ``e, j = divmod(q, end - start)`` and
+``perm_e`` is epoch ``e`` of Grain's shuffle (``seeds.IndexPermutation(end - start, seed, e)``) or
+the identity. ``sampler[p].rng`` is ``np.random.Generator(np.random.Philox(key=seed + p))``.
+These are Grain 0.2.18's rules (recorded: ``tests/compat_semantics/data/data_loader.json``).
 """
 
 from __future__ import annotations
@@ -34,15 +35,31 @@ class Sampler(Protocol):
     def __getitem__(self, index: int) -> RecordMetadata: ...
 
 
+def _check_sampler_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"Expected seed of int type. Got seed with type {type(seed)}")
+    if seed < 0 or int(seed).bit_length() > 32:
+        raise ValueError("Seed should be positive 32-bit integer.")
+    return int(seed)
+
+
+def _position_rng(seed: int | None, index: int) -> np.random.Generator | None:
+    if seed is None:
+        return None
+    return np.random.Generator(np.random.Philox(key=seed + index))
+
+
 class IndexSampler:
-    """Positions → records with epochs, per-epoch shuffling and contiguous sharding.
+    """Global positions → records with epochs, per-epoch shuffling and contiguous sharding.
 
     Args:
-      num_records: records in the data source (must equal ``len(data_source)``).
+      num_records: records to read from the data source (its first ``num_records`` records).
       shard_options: which contiguous part of the records this process reads.
       shuffle: visit each epoch's records in a new seeded order (needs ``seed``).
-      num_epochs: passes over the shard; ``None`` repeats forever.
-      seed: seed of the shuffle and of the per-record ``rng``, an int in ``[0, 2**32)``.
+      num_epochs: passes over the shard; ``None`` (the default, as in Grain) repeats forever.
+      seed: seed of the shuffle and of the per-position ``rng``, an int in ``[0, 2**32)``.
     """
 
     def __init__(
@@ -50,7 +67,7 @@ class IndexSampler:
         num_records: int,
         shard_options: ShardOptions | None = None,
         shuffle: bool = False,
-        num_epochs: int | None = 1,
+        num_epochs: int | None = None,
         seed: int | None = None,
     ):
         num_records = check_int(num_records, "IndexSampler num_records", minimum=1)
@@ -63,10 +80,9 @@ class IndexSampler:
             )
         if num_epochs is not None:
             num_epochs = check_int(num_epochs, "IndexSampler num_epochs (or None)", minimum=1)
-        if seed is not None:
-            seed = _seeds.validate_seed(seed, "IndexSampler seed")
         if shuffle and seed is None:
-            raise ValueError("IndexSampler(shuffle=True) needs a seed, e.g. seed=0.")
+            raise ValueError("Shuffling requires specifying a seed.")
+        seed = _check_sampler_seed(seed)
         self._num_records = num_records
         self._shard_options = shard_options
         self._shuffle = bool(shuffle)
@@ -74,17 +90,12 @@ class IndexSampler:
         self._seed = seed
         self._start, end = shard_options.bounds(num_records)
         self._size = end - self._start
-        if self._size == 0:
-            self._len = 0
-        elif num_epochs is None:
+        if num_epochs is None:
             self._len = sys.maxsize
         else:
-            self._len = self._size * num_epochs
-        self._rng_seed = (
-            None
-            if seed is None
-            else _seeds.derive_seed((seed,), shard_options.shard_index, shard_options.shard_count)
-        )
+            self._len = num_epochs * num_records
+            if shard_options.shard_count > 1 and shard_options.drop_remainder:
+                self._len = min(self._len, self._size * shard_options.shard_count * num_epochs)
         self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
 
     # --- properties -------------------------------------------------------------------------------
@@ -117,10 +128,10 @@ class IndexSampler:
     @property
     def rng_seed(self) -> int | None:
         """The seed keying every position's ``rng`` (None without a seed)."""
-        return self._rng_seed
+        return self._seed
 
     def __len__(self) -> int:
-        """Positions in the stream (``sys.maxsize`` when infinite)."""
+        """Positions in the stream over all shards (``sys.maxsize`` when infinite)."""
         return self._len
 
     # --- lookup -----------------------------------------------------------------------------------
@@ -133,18 +144,27 @@ class IndexSampler:
         self._perm_cache = (epoch, perm)
         return perm
 
+    def _out_of_bounds(self, index: int) -> IndexError:
+        top = None if self._len >= sys.maxsize else self._len
+        return IndexError(
+            f"RecordMetadata object index is out of bounds; Got index {index}, allowed indices "
+            f"should be in [0, {top}]"
+        )
+
     def _check(self, index: Any) -> int:
         if isinstance(index, bool):
             raise TypeError("sampler positions must be ints, got bool.")
         i = operator.index(index)
         if not 0 <= i < self._len:
-            raise IndexError(f"position {i} is outside this sampler's {self._len} positions.")
+            raise self._out_of_bounds(i)
+        if self._size == 0:
+            raise IndexError(f"Shard {self._shard_options!r} of {self._num_records} records is empty.")
         return i
 
     def record_key(self, index: int) -> int:
         """The record read at position ``index``."""
         i = self._check(index)
-        epoch, j = divmod(i, self._size)
+        epoch, j = divmod(i // self._shard_options.shard_count, self._size)
         if self._shuffle:
             j = self._perm(epoch)(j)
         return self._start + j
@@ -155,9 +175,10 @@ class IndexSampler:
         if pos.size == 0:
             return pos.copy()
         if int(pos.min()) < 0 or int(pos.max()) >= self._len:
-            bad = int(pos.min()) if int(pos.min()) < 0 else int(pos.max())
-            raise IndexError(f"position {bad} is outside this sampler's {self._len} positions.")
-        epochs, local = np.divmod(pos, self._size)
+            raise self._out_of_bounds(int(pos.min()) if int(pos.min()) < 0 else int(pos.max()))
+        if self._size == 0:
+            raise IndexError(f"Shard {self._shard_options!r} of {self._num_records} records is empty.")
+        epochs, local = np.divmod(pos // self._shard_options.shard_count, self._size)
         if self._shuffle:
             first = int(epochs[0])
             if (epochs == first).all():
@@ -171,10 +192,8 @@ class IndexSampler:
         return local + self._start
 
     def rng(self, index: int) -> np.random.Generator | None:
-        """The per-record generator of position ``index`` (None without a seed)."""
-        if self._rng_seed is None:
-            return None
-        return _seeds.element_rng(self._rng_seed, index)
+        """The per-position generator: ``Philox(key=seed + index)`` (None without a seed)."""
+        return _position_rng(self._seed, index)
 
     def __getitem__(self, index: int) -> RecordMetadata:
         i = self._check(index)
@@ -208,13 +227,31 @@ class IndexSampler:
 
 
 class SequentialSampler(IndexSampler):
-    """One epoch over this shard's records in order."""
+    """Records in order: position ``p`` reads record ``p`` (sharding is the ``DataLoader``'s
+    stepping over positions, as in Grain); ``num_records // shard_count * shard_count`` positions
+    with ``drop_remainder``, else ``num_records``."""
 
     def __init__(self, num_records: int, shard_options: ShardOptions | None = None, seed: int | None = None):
         super().__init__(num_records, shard_options, shuffle=False, num_epochs=1, seed=seed)
+        so = self._shard_options
+        self._start, self._size = 0, self._num_records
+        self._len = (
+            self._num_records // so.shard_count * so.shard_count
+            if so.drop_remainder
+            else self._num_records
+        )
+
+    def record_key(self, index: int) -> int:
+        return self._check(index)
+
+    def record_keys(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        pos = np.asarray(positions, dtype=np.int64)
+        if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self._len):
+            raise self._out_of_bounds(int(pos.min()) if int(pos.min()) < 0 else int(pos.max()))
+        return pos.copy()
 
     def __repr__(self) -> str:
         return (
             f"SequentialSampler(num_records={self._num_records}, "
-            f"shard_options={self._shard_options!r}, seed={self._seed})"
+            f"shard_options={self._shard_options!r})"
         )

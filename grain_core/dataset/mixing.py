@@ -6,7 +6,6 @@ import bisect
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -28,84 +27,103 @@ def _check_datasets(datasets: Any, kind: type, where: str) -> list[Any]:
     return datasets
 
 
-class WeightPattern:
-    """A fixed, repeating selection order realising mixing weights exactly over each period.
+def mix_proportions(weights: Sequence[float] | None, n: int, where: str) -> tuple[int, ...]:
+    """Grain's integer proportions: ``(1,) * n`` without weights, else every weight scaled so the
+    smallest is 100 and truncated to an int. A zero weight is refused, as in Grain."""
+    if weights is None:
+        return (1,) * n
+    weights = list(weights)
+    if len(weights) != n:
+        raise ValueError(f"{where}: got {len(weights)} weights for {n} datasets.")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{where}: weights must be numbers, got {w!r}.")
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"{where}: weights must be finite and >= 0, got {weights}.")
+    if 0 in weights:
+        raise ValueError("Must specify all non-zero proportions for mixing.")
+    scale = 100 / min(weights)
+    return tuple(int(w * scale) for w in weights)
 
-    ``counts[d]`` is how often dataset ``d`` appears per period of length ``period``;
-    ``order[r]`` is the dataset chosen at position ``r`` of a period and ``rank[r]`` how many times
-    that dataset appeared before ``r`` in the period.
+
+class MixSelection:
+    """Which dataset, and which index in it, position ``k`` of a mix reads (Grain's rule).
+
+    With integer ``proportions`` summing to ``T``, dataset ``d`` has been chosen
+    ``floor(k * p_d / T)``-like many times before position ``k`` (computed exactly, dataset by
+    dataset, as Grain's ``_dataset_and_key_of_next_element`` does); position ``k`` reads the
+    dataset whose count grows between ``k`` and ``k + 1``.
     """
 
-    def __init__(self, weights: Sequence[float] | None, n: int, where: str):
-        if weights is None:
-            weights = [1.0] * n
-        weights = list(weights)
-        if len(weights) != n:
-            raise ValueError(f"{where}: got {len(weights)} weights for {n} datasets.")
-        for w in weights:
-            if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
-                raise TypeError(f"{where}: weights must be numbers, got {w!r}.")
-            if not math.isfinite(w) or w < 0:
-                raise ValueError(f"{where}: weights must be finite and >= 0, got {weights}.")
-        total = float(sum(weights))
-        if total <= 0:
-            raise ValueError(f"{where}: at least one weight must be positive, got {weights}.")
-        fracs = [Fraction(w / total).limit_denominator(1000) for w in weights]
-        denom = math.lcm(*(f.denominator for f in fracs))
-        counts = [int(f * denom) for f in fracs]
-        if sum(counts) == 0 or sum(counts) > 100_000:
-            counts = [round(w / total * 1000) for w in weights]
-        self.weights = [w / total for w in weights]
-        self.counts = counts
-        self.period = sum(counts)
-        order, rank, current, seen = [], [], [0] * n, [0] * n
-        for _ in range(self.period):
-            for d in range(n):
-                current[d] += counts[d]
-            d = max(range(n), key=lambda i: (current[i], -i))
-            current[d] -= self.period
-            order.append(d)
-            rank.append(seen[d])
-            seen[d] += 1
-        self.order = order
-        self.rank = rank
-        self._order = np.asarray(order, dtype=np.int64)
-        self._rank = np.asarray(rank, dtype=np.int64)
-        self._counts = np.asarray(counts, dtype=np.int64)
-
-    def locate_many(self, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`locate` over an int64 array: ``(datasets, indices within them)``."""
-        q, r = np.divmod(ks, self.period)
-        d = self._order[r]
-        return d, q * self._counts[d] + self._rank[r]
+    def __init__(self, proportions: Sequence[int]):
+        self.proportions = tuple(int(p) for p in proportions)
+        self.total = sum(self.proportions)
 
     def locate(self, k: int) -> tuple[int, int]:
         """Returns ``(dataset, index within it)`` of mixed position ``k``."""
-        q, r = divmod(k, self.period)
-        d = self.order[r]
-        return d, q * self.counts[d] + self.rank[r]
+        remaining = self.total
+        cur, cur1 = k, k + 1
+        for d, p in enumerate(self.proportions):
+            nxt = (cur * (remaining - p)) // remaining
+            nxt1 = (cur1 * (remaining - p)) // remaining
+            count1 = cur1 - nxt1
+            if cur - nxt != count1:
+                return d, count1 - 1
+            remaining -= p
+            cur, cur1 = nxt, nxt1
+        raise AssertionError("unreachable: the last dataset always takes the position")
+
+    def locate_many(self, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`locate` over an int64 array: ``(datasets, indices within them)``."""
+        ks = np.asarray(ks, dtype=np.int64)
+        if ks.size and (int(ks.max()) + 1) * self.total >= 2**62:  # beyond int64: Python ints
+            pairs = [self.locate(int(k)) for k in ks.tolist()]
+            return (
+                np.asarray([d for d, _ in pairs], dtype=np.int64),
+                np.asarray([j for _, j in pairs], dtype=np.int64),
+            )
+        datasets = np.full(ks.shape, -1, dtype=np.int64)
+        within = np.zeros(ks.shape, dtype=np.int64)
+        open_ = np.ones(ks.shape, dtype=bool)
+        remaining = self.total
+        cur, cur1 = ks, ks + 1
+        for d, p in enumerate(self.proportions):
+            nxt = (cur * (remaining - p)) // remaining
+            nxt1 = (cur1 * (remaining - p)) // remaining
+            count1 = cur1 - nxt1
+            hit = open_ & ((cur - nxt) != count1)
+            datasets[hit] = d
+            within[hit] = count1[hit] - 1
+            open_ &= ~hit
+            remaining -= p
+            cur, cur1 = nxt, nxt1
+        return datasets, within
 
 
 class MixedMapDataset(MapDataset):
-    """Datasets interleaved by weight; one epoch ends when the shortest input's share runs out."""
+    """Datasets interleaved by weight in Grain's order (:class:`MixSelection`); one epoch ends when
+    the shortest input's share runs out: ``int(min(len(d) / (p_d / sum(p))))``."""
 
     def __init__(self, datasets: Sequence[MapDataset], weights: Sequence[float] | None = None):
         datasets = _check_datasets(datasets, MapDataset, "MapDataset.mix")
         super().__init__(datasets)
-        self._pattern = WeightPattern(weights, len(datasets), "MapDataset.mix")
-        p = self._pattern
-        limits = [
-            len(d) * p.period // c if len(d) < sys.maxsize else sys.maxsize
-            for d, c in zip(datasets, p.counts)
-            if c > 0
-        ]
-        self._len = min(sys.maxsize, *limits) if limits else 0
+        proportions = mix_proportions(weights, len(datasets), "MapDataset.mix")
+        self._pattern = MixSelection(proportions)
+        total = sum(proportions)
+        lengths = [len(d) / (p / total) for d, p in zip(datasets, proportions)]
+        empty = [f"index {i} ({d})" for i, (d, n) in enumerate(zip(datasets, lengths)) if n == 0]
+        if empty:
+            raise ValueError(
+                "All datasets must have positive length for mixing, but dataset(s) at "
+                f"{', '.join(empty)} have length 0."
+            )
+        self._len = min(sys.maxsize, int(min(lengths)))
 
     def __len__(self):
         return self._len
 
     def _fingerprint_fields(self):
-        return (tuple(self._pattern.counts),)
+        return (self._pattern.proportions,)
 
     def _getitem(self, index):
         d, j = self._pattern.locate(index)
@@ -177,10 +195,15 @@ class SelectionMapDataset(MapDataset):
 
 
 class MixedIterDataset(IterDataset):
-    """Iterators interleaved by weight; stops as soon as any input is exhausted."""
+    """Iterators interleaved by weight in Grain's order; stops as soon as any input is exhausted.
+
+    Named inputs (a dict) are ordered by sorted key, as Grain's tree flattening does; restoring a
+    state of a named mix restores the components it names and leaves the others where they are.
+    """
 
     def __init__(self, datasets: Any, weights: Any = None):
         if isinstance(datasets, Mapping):
+            datasets = {k: datasets[k] for k in sorted(datasets)}
             names = [str(k) for k in datasets]
             if len(set(names)) != len(names):
                 raise ValueError(
@@ -202,7 +225,8 @@ class MixedIterDataset(IterDataset):
         datasets = _check_datasets(datasets, IterDataset, "IterDataset.mix")
         super().__init__(datasets)
         self._names = names or [str(i) for i in range(len(datasets))]
-        self._pattern = WeightPattern(weights, len(datasets), "IterDataset.mix")
+        self._named = names is not None
+        self._pattern = MixSelection(mix_proportions(weights, len(datasets), "IterDataset.mix"))
 
     def __iter__(self):
         return _MixedIterator(self)
@@ -218,19 +242,18 @@ class _MixedIterator(DatasetIterator):
     def __next__(self):
         if self._done:
             raise StopIteration
-        d = self._ds._pattern.order[self._pos % self._ds._pattern.period]
+        d, _ = self._ds._pattern.locate(self._pos)
+        self._pos += 1
         try:
-            x = next(self._parents[d])
+            return next(self._parents[d])
         except StopIteration:
             self._done = True
             raise
-        self._pos += 1
-        return x
 
     def get_state(self):
         return _state.make_state(
             "MixedIterDataset",
-            counts=list(self._ds._pattern.counts),
+            proportions=list(self._ds._pattern.proportions),
             position=self._pos,
             exhausted=self._done,
             parents={n: it.get_state() for n, it in zip(self._ds._names, self._parents)},
@@ -241,7 +264,7 @@ class _MixedIterator(DatasetIterator):
         if not isinstance(state["parents"], Mapping):
             raise _state.StateMismatchError("IterDataset.mix state: 'parents' is not a dict.")
         names, saved = set(self._ds._names), set(state["parents"])
-        if names != saved:
+        if names != saved and not self._ds._named:
             added, removed = sorted(names - saved), sorted(saved - names)
             raise _state.StateMismatchError(
                 "IterDataset.mix state was saved by a mix of other components: "
@@ -255,9 +278,13 @@ class _MixedIterator(DatasetIterator):
                 )
                 + ". Restore it into a mix of the same named datasets."
             )
-        _state.expect_state(state, "MixedIterDataset", counts=list(self._ds._pattern.counts))
+        if not self._ds._named:
+            _state.expect_state(
+                state, "MixedIterDataset", proportions=list(self._ds._pattern.proportions)
+            )
         with _state.rollback_on_error(self):
             for n, it in zip(self._ds._names, self._parents):
-                it.set_state(state["parents"][n])
+                if n in state["parents"]:
+                    it.set_state(state["parents"][n])
             self._pos = int(state["position"])
             self._done = bool(state.get("exhausted", False))

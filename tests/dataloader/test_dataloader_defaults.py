@@ -12,7 +12,7 @@ from grain_core.state import StateMismatchError
 def _loader(workers=0, **kw):
     return grain.DataLoader(
         data_source=list(range(20)),
-        sampler=grain.IndexSampler(20, shuffle=True, seed=1),
+        sampler=grain.IndexSampler(20, shuffle=True, seed=1, num_epochs=1),
         worker_count=workers,
         **kw,
     )

@@ -25,6 +25,7 @@ Batch = grain.transforms.Batch
 
 def loader(n=20, ops=(), workers=0, source=None, **sampler_kwargs):
     source = list(range(n)) if source is None else source
+    sampler_kwargs.setdefault("num_epochs", 1)  # Grain's IndexSampler repeats forever by default
     sampler = grain.IndexSampler(num_records=len(source), **sampler_kwargs)
     return grain.DataLoader(
         data_source=source,
@@ -105,10 +106,11 @@ def test_sampler_shards_disjoint_and_covering(drop):
     sets = [set(o) for o in outs]
     assert all(len(o) == len(s) for o, s in zip(outs, sets))
     assert not (sets[0] & sets[1]) and not (sets[1] & sets[2]) and not (sets[0] & sets[2])
-    if drop:
-        assert [len(o) for o in outs] == [7, 7, 7]
-    else:
-        assert set().union(*sets) == set(range(23))
+    # As in Grain, each shard's DataLoader reads len(sampler) // shard_count = 7 positions, so
+    # without drop_remainder the 8-record shards leave their last record unread.
+    assert [len(o) for o in outs] == [7, 7, 7]
+    if not drop:
+        assert len(set(range(23)) - set().union(*sets)) == 2
 
 
 @pytest.mark.parametrize("drop", [False, True])
@@ -117,12 +119,13 @@ def test_loader_shard_options(drop):
     for i in range(3):
         dl = grain.DataLoader(
             data_source=list(range(10)),
-            sampler=grain.IndexSampler(10),
+            sampler=grain.IndexSampler(10, num_epochs=1),
             shard_options=grain.ShardOptions(i, 3, drop_remainder=drop),
         )
         outs.append(list(dl))
-    assert outs[0] == ([0, 3, 6] if drop else [0, 3, 6, 9])
-    assert sorted(sum(outs, [])) == (list(range(9)) if drop else list(range(10)))
+    # Grain reads len(sampler) // shard_count positions per shard: record 9 is not read.
+    assert outs[0] == [0, 3, 6]
+    assert sorted(sum(outs, [])) == list(range(9))
 
 
 def test_batching_is_per_shard():
@@ -206,7 +209,8 @@ def test_set_state_after_the_end_reopens():
 def test_sources_with_bulk_reads():
     src = grain.sources.RangeDataSource(0, 20, 1)
     dl = grain.DataLoader(
-        data_source=src, sampler=grain.IndexSampler(20, shuffle=True, seed=0), operations=[Batch(5)]
+        data_source=src, sampler=grain.IndexSampler(20, shuffle=True, seed=0, num_epochs=1),
+        operations=[Batch(5)],
     )
     assert sorted(flat(dl)) == list(range(20))
 
@@ -231,12 +235,16 @@ def test_bad_inputs():
             data_source=list(range(10)),
             sampler=grain.IndexSampler(10, grain.ShardOptions(3, 3)),
         )
-    with pytest.raises(ValueError, match="Both"):
-        grain.DataLoader(
-            data_source=list(range(10)),
-            sampler=grain.IndexSampler(10, grain.ShardOptions(0, 2)),
-            shard_options=grain.ShardOptions(1, 2),
-        )
+    # As in Grain, the DataLoader's shard_options win over the sampler's.
+    dl = grain.DataLoader(
+        data_source=list(range(10)),
+        sampler=grain.IndexSampler(10, grain.ShardOptions(0, 2), num_epochs=1),
+        shard_options=grain.ShardOptions(1, 2),
+    )
+    assert list(dl) == [0, 1, 2, 3, 4]  # positions 1, 3, ... of the sampler: its shard 0
+    # A sampler over fewer records than the source reads the first ones.
+    dl = grain.DataLoader(data_source=list(range(10)), sampler=grain.IndexSampler(4, num_epochs=1))
+    assert list(dl) == [0, 1, 2, 3]
 
 
 def test_pygrain_alias_and_repr():
@@ -264,10 +272,12 @@ def test_workers_cover_and_restore_exactly(workers, request):
     it2 = iter(dl)
     it2.set_state(state)
     assert [as_list(b) for b in it2] == rest
-    # map-side batching gives the same stream whatever the worker count
-    assert head + rest == [as_list(b) for b in loader(
-        60, [PlusOne(), Batch(4)], shuffle=True, seed=11, num_epochs=2
-    )]
+    # Grain's order: worker w batches elements w, w + workers, ... and batches come in turn
+    elements = list(loader(60, [PlusOne()], shuffle=True, seed=11, num_epochs=2))
+    per_worker = [elements[w :: max(workers, 1)] for w in range(max(workers, 1))]
+    batches = [[p[i : i + 4] for i in range(0, len(p), 4)] for p in per_worker]
+    expected = [b[k] for k in range(max(map(len, batches))) for b in batches if k < len(b)]
+    assert head + rest == expected
 
 
 def test_workers_with_filter_batch_per_worker_restore(has_runtime):

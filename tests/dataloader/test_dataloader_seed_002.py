@@ -147,6 +147,7 @@ def test_sharding_example():
     ]
     assert len(ds) == 3
     sampler = grain.IndexSampler(
-        num_records=10, shard_options=grain.ShardByJaxProcess(), shuffle=True, seed=0
+        num_records=10, shard_options=grain.ShardByJaxProcess(), shuffle=True, seed=0,
+        num_epochs=1,
     )
     assert sorted(m.record_key for m in sampler) == list(range(10))
