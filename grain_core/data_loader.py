@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from grain_core import grain_states as _grain_states
 from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
@@ -338,8 +339,10 @@ class DataLoader:
         rest = ops[split:]
         filtered = any(isinstance(op, tr.Filter) for op in ops[:split])
         workers = self._mp_options.num_workers > 0
+        self._map_batch_size = None
         if rest and isinstance(rest[0], tr.Batch) and not filtered and not workers:
             b = rest[0]
+            self._map_batch_size = b.batch_size
             ds = ds.batch(b.batch_size, drop_remainder=b.drop_remainder, batch_fn=b.batch_fn)
             rest = rest[1:]
         it_ds = ds.to_iter_dataset(self._read_options)
@@ -466,6 +469,9 @@ class DataLoaderIterator:
                 raise _state.StateMismatchError(
                     f"DataLoaderIterator.set_state expects the bytes returned by get_state(): {e}"
                 ) from e
+        if _grain_states.is_grain_dataloader_state(state):
+            self._set_grain_state(state)
+            return
         _state.expect_state(
             state,
             _STATE_KIND,
@@ -485,6 +491,33 @@ class DataLoaderIterator:
                 f"This state was saved by a DataLoader with worker_count={saved_workers}, and cannot "
                 f"be restored into one with worker_count={self._loader.worker_count}: {e}"
             ) from e
+
+    def _set_grain_state(self, state: dict[str, Any]) -> None:
+        """Restores the JSON state a Grain ``DataLoaderIterator`` saved (same loader definition)."""
+        loader = self._loader
+        if state["sampler"] != repr(loader.sampler):
+            raise _state.StateMismatchError(
+                "Sampler in checkpoint does not match dataloader sampler.\n"
+                f"sampler in checkpoint: {state['sampler']}\n"
+                f"sampler in dataloader: {loader.sampler!r}"
+            )
+        so = loader._shard_options
+        indices = _grain_states.dataloader_next_indices(
+            state, worker_count=loader.worker_count, shard_index=so.shard_index,
+            shard_count=so.shard_count,
+        )
+        if loader.worker_count:
+            raise _state.StateMismatchError(
+                "Restoring a Grain DataLoader state saved with worker_count > 0 is not supported "
+                "yet; restore it into a DataLoader with worker_count=0 (the element order differs) "
+                "or start the grain_core loader from its own checkpoint."
+            )
+        position = indices[0]
+        if loader._map_batch_size:
+            position = -(-position // loader._map_batch_size)
+        if self._it is None:
+            self._open()
+        self._it.set_state({"next_index": position})
 
     def close(self) -> None:
         """Stops workers and threads and exits the data source's context. Idempotent."""

@@ -55,7 +55,8 @@ class NoSharding(ShardOptions):
         super().__init__(shard_index=0, shard_count=1, drop_remainder=False)
 
     def __repr__(self) -> str:
-        return "NoSharding()"
+        # Grain's repr: it is part of every DataLoader state (the sampler's repr is checked).
+        return "NoSharding(shard_index=0, shard_count=1, drop_remainder=False)"
 
 
 class ShardByJaxProcess(ShardOptions):

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from grain_core import grain_states as _grain_states
 from grain_core import seeds as _seeds
 
 if TYPE_CHECKING:
@@ -422,6 +423,22 @@ class DatasetIterator(Iterator[T], abc.ABC):
     def __init__(self, parents: DatasetIterator | Sequence[DatasetIterator] = ()):
         self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)
         self._options: DatasetOptions | None = None
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        # Every set_state also takes the state Grain's equivalent iterator saved
+        # (grain_core.grain_states translates it against this iterator's own state).
+        own = cls.__dict__.get("set_state")
+        if own is not None and not getattr(own, "_takes_grain_states", False):
+
+            def set_state(self: DatasetIterator, state: Any, _own: Any = own) -> None:
+                if _grain_states.is_grain_state(state):
+                    state = _grain_states.from_grain_state(state, self.get_state())
+                return _own(self, state)
+
+            set_state.__doc__ = own.__doc__
+            set_state._takes_grain_states = True  # type: ignore[attr-defined]
+            cls.set_state = set_state  # type: ignore[method-assign]
 
     @property
     def parents(self) -> Sequence[DatasetIterator]:

@@ -189,20 +189,49 @@ LOADER = [
 ]
 
 
-def _states(loader: str, steps: int) -> str:
+def _states(make: str, steps: int) -> str:
+    """A case saving the state after ``steps`` elements of ``make`` and reading on to the end.
+
+    ``make`` is an expression building the dataset or loader; the test restores the recorded
+    Grain state into a fresh grain_core iterator of ``make()`` and compares what follows.
+    """
     return (
-        f"{loader}\nit = iter(result)\nfor _ in range({steps}):\n    next(it)\n"
-        "state = json.loads(it.get_state())\nrest = list(it)\n"
-        "result = {'state': state, 'rest': rest}"
+        f"def make():\n    return {make}\n"
+        f"it = iter(make())\nfor _ in range({steps}):\n    next(it)\n"
+        "state = it.get_state()\n"
+        "state = json.loads(state) if isinstance(state, bytes) else state\n"
+        "result = {'state': state, 'rest': list(it)}"
+    )
+
+
+def _dl(n: int, sampler: str, ops: str = "[]", workers: int = 0) -> str:
+    return (
+        f"grain.DataLoader(data_source={_SRC.format(n=n)}, sampler={sampler}, "
+        f"operations={ops}, worker_count={workers})"
     )
 
 
 LOADER_STATES = [
-    _states(_loader(8, "grain.samplers.IndexSampler(8, num_epochs=1)", "[grain.transforms.Batch(4)]", 2), 1),
-    _states(_loader(8, "grain.samplers.IndexSampler(8, num_epochs=1)", "[]", 0), 3),
-    _states(_loader(10, "grain.samplers.IndexSampler(10, num_epochs=2, shuffle=True, seed=3)", "[]", 0), 13),
-    _states(_loader(10, "grain.samplers.IndexSampler(10, num_epochs=2, shuffle=True, seed=3)", "[grain.transforms.Batch(3)]", 2), 3),
-    _states(_loader(12, "grain.samplers.IndexSampler(12, num_epochs=1)", "[]", 3), 5),
+    _states(_dl(8, "grain.samplers.IndexSampler(8, num_epochs=1)", "[grain.transforms.Batch(4)]", 2), 1),
+    _states(_dl(8, "grain.samplers.IndexSampler(8, num_epochs=1)", "[]", 0), 3),
+    _states(_dl(10, "grain.samplers.IndexSampler(10, num_epochs=2, shuffle=True, seed=3)", "[]", 0), 13),
+    _states(_dl(10, "grain.samplers.IndexSampler(10, num_epochs=2, shuffle=True, seed=3)", "[grain.transforms.Batch(3)]", 0), 2),
+    _states(_dl(10, "grain.samplers.IndexSampler(10, num_epochs=2, shuffle=True, seed=3)", "[grain.transforms.Batch(3)]", 2), 3),
+    _states(_dl(12, "grain.samplers.IndexSampler(12, num_epochs=1)", "[]", 3), 5),
+    _states(_dl(12, "grain.samplers.IndexSampler(12, grain.sharding.ShardOptions(1, 2), num_epochs=2, shuffle=True, seed=4)", "[grain.transforms.Batch(2)]", 0), 3),
+]
+
+_R = "grain.MapDataset.range"
+DATASET_STATES = [
+    _states(f"{_R}(10).map(lambda x: x + 1).to_iter_dataset()", 3),
+    _states(f"{_R}(10).to_iter_dataset().map(lambda x: x * 2)", 4),
+    _states(f"{_R}(10).to_iter_dataset().batch(2)", 2),
+    _states(f"{_R}(11).batch(2).to_iter_dataset()", 2),
+    _states(f"{_R}(10).to_iter_dataset().filter(lambda x: x % 3)", 2),
+    _states(f"{_R}(10).to_iter_dataset().random_map(lambda x, rng: (x, int(rng.integers(1000))), seed=1)", 3),
+    _states(f"{_R}(10).seed(5).shuffle().repeat(2).to_iter_dataset()", 13),
+    _states(f"{_R}(30).seed(5).shuffle().map(lambda x: x).to_iter_dataset().batch(4)", 3),
+    _states(f"grain.IterDataset.mix([{_R}(5).to_iter_dataset(), {_R}(10, 20).to_iter_dataset()], [1, 2])", 4),
 ]
 
 GROUPS = {
@@ -213,4 +242,5 @@ GROUPS = {
     "interleave": INTERLEAVE,
     "data_loader": LOADER,
     "data_loader_states": LOADER_STATES,
+    "dataset_states": DATASET_STATES,
 }

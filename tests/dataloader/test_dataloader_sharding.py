@@ -14,7 +14,7 @@ from grain_core.sharding import shard_bounds
 def test_shard_options_fields_and_repr():
     s = grain.ShardOptions(shard_index=1, shard_count=4, drop_remainder=False)
     assert (s.shard_index, s.shard_count, s.drop_remainder) == (1, 4, False)
-    assert repr(grain.NoSharding()) == "NoSharding()"
+    assert repr(grain.NoSharding()) == "NoSharding(shard_index=0, shard_count=1, drop_remainder=False)"
     n = grain.NoSharding()
     assert (n.shard_index, n.shard_count, n.drop_remainder) == (0, 1, False)
 
