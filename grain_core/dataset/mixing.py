@@ -203,7 +203,11 @@ class MixedIterDataset(IterDataset):
 
     def __init__(self, datasets: Any, weights: Any = None):
         if isinstance(datasets, Mapping):
-            datasets = {k: datasets[k] for k in sorted(datasets)}
+            try:
+                keys = sorted(datasets)
+            except TypeError:  # keys of mixed types: their distinct-as-strings check follows
+                keys = sorted(datasets, key=str)
+            datasets = {k: datasets[k] for k in keys}
             names = [str(k) for k in datasets]
             if len(set(names)) != len(names):
                 raise ValueError(

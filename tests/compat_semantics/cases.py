@@ -234,6 +234,25 @@ DATASET_STATES = [
     _states(f"grain.IterDataset.mix([{_R}(5).to_iter_dataset(), {_R}(10, 20).to_iter_dataset()], [1, 2])", 4),
 ]
 
+_EX = "[{'tokens': np.arange(1, 1 + n) + 10 * i, 'index': np.int64(i)} for i, n in enumerate([3, 4, 2, 5, 1, 3])]"
+_TOK = "[{'tokens': np.arange(1, 1 + n) + 10 * i} for i, n in enumerate([3, 4, 2, 5, 1, 3])]"
+_SRC_IT = "grain.MapDataset.source({ex}).to_iter_dataset()"
+PACKING = [
+    f"result = grain.experimental.ConcatThenSplitIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 5}})",
+    f"result = grain.experimental.ConcatThenSplitIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 5}}, "
+    "bos_handling=grain.experimental.BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS, bos_token_id=99)",
+    f"result = grain.experimental.ConcatThenSplitIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 5}}, "
+    "bos_handling=grain.experimental.BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS, bos_token_id=99, bos_features=['tokens'])",
+    f"result = grain.experimental.ConcatThenSplitIterDataset({_SRC_IT.format(ex=_EX)}, length_struct={{'tokens': 5, 'index': 1}}, meta_features=['index'])",
+    f"result = grain.experimental.ConcatThenSplitIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 4}}, split_full_length_features=False)",
+    f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 6}}, num_packing_bins=2, shuffle_bins=False)",
+    f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 6}}, num_packing_bins=3, seed=4)",
+    f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 6}}, num_packing_bins=3, seed=0, shuffle_bins=True)",
+    f"result = grain.experimental.BestFitPackIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 6}}, num_packing_bins=3, shuffle_bins=False)",
+    f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_TOK)}, length_struct={{'tokens': 4}}, num_packing_bins=2)",
+    f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_EX)}, length_struct={{'tokens': 6, 'index': 2}}, num_packing_bins=2, shuffle_bins=False)",
+]
+
 GROUPS = {
     "shuffle": SHUFFLE,
     "seeds": SEEDS,
@@ -243,4 +262,5 @@ GROUPS = {
     "data_loader": LOADER,
     "data_loader_states": LOADER_STATES,
     "dataset_states": DATASET_STATES,
+    "packing": PACKING,
 }

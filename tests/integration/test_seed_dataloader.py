@@ -110,8 +110,9 @@ def test_load_example(shards):
         worker_count=2,
     )
     flat = np.concatenate(list(loader)).tolist()
-    assert len(flat) == (900 // 64) * 64
-    assert sorted(flat[:300]) == list(range(300))
+    # Grain's order: each of the 2 workers batches its own 450 positions (7 full batches)
+    assert len(flat) == 2 * (450 // 64) * 64
+    assert set(flat) == set(range(300)) and max(flat.count(i) for i in range(300)) <= 3
     assert flat[:300] != flat[300:600]
 
 

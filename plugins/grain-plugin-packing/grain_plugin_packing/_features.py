@@ -117,11 +117,8 @@ class FeatureSpec:
                 raise ValueError(
                     f"{self.owner}: feature {path_name(p)!r} is ragged or not numeric (dtype object)."
                 )
-            if a.ndim == 0:
-                raise ValueError(
-                    f"{self.owner}: feature {path_name(p)!r} is a scalar; packed features need a "
-                    "leading sequence axis."
-                )
+            if a.ndim == 0:  # as in Grain: a scalar is a sequence of length 1
+                a = a.reshape(1)
             out.append(a)
         if self.trailing is None:
             self.trailing = [a.shape[1:] for a in out]

@@ -127,8 +127,8 @@ class ConcatThenSplitIterDataset(grain.IterDataset):
                         f"{name}: bos_features and meta_features overlap: {overlap}; meta "
                         "features are never split and get no BOS."
                     )
-            else:
-                self._bos_mask = [not m for m in spec.meta]
+            else:  # as in Grain: without bos_features no feature gets a BOS token
+                self._bos_mask = [False] * len(names)
         else:
             if bos_token_id is not None or bos_features:
                 raise ValueError(

@@ -5,7 +5,9 @@ the fullest bin (best fit) where every feature fits and the bin holds fewer than
 ``max_sequences_per_bin`` sequences. When an element fits nowhere, the round ends: its non-empty
 bins are yielded (in bin order, or shuffled with ``shuffle_bins``) and the element starts the next
 round. At the end of the input the last round's bins are yielded. A feature longer than its target
-length is truncated to it (never dropped); an element whose features are all empty still takes a
+length raises ``ValueError`` (as in Grain); with ``truncate_long_sequences=True`` it is truncated to
+the target instead (the cut tokens are not emitted). Scalar features pack as length-1 sequences. An
+element whose features are all empty still takes a
 segment id (as in grain), so a bin can hold only empty sequences and come out as padding.
 
 ``pack_alignment_struct`` gives a per-feature alignment: after each sequence the feature's next free
@@ -58,8 +60,10 @@ class _PackIterDataset(grain.IterDataset):
         pack_alignment_struct: Any = None,
         padding_struct: Any = None,
         max_sequences_per_bin: int | None = None,
+        truncate_long_sequences: bool = False,
     ):
         name = type(self).__name__
+        self._truncate = bool(truncate_long_sequences)
         if not isinstance(parent, grain.IterDataset):
             raise TypeError(f"{name} expects an IterDataset, got {type(parent).__name__}.")
         super().__init__(parent)
@@ -184,7 +188,19 @@ class _PackIterator(grain.DatasetIterator):
                 if arrays is None:
                     break
                 read += 1
-            lengths = np.minimum([len(a) for a in arrays], targets)
+            full = np.asarray([len(a) for a in arrays])
+            if not ds._truncate and (full > targets).any():
+                over = [
+                    (path_name(p), int(n), int(t))
+                    for p, n, t in zip(spec.paths, full.tolist(), targets.tolist())
+                    if n > t
+                ]
+                raise ValueError(
+                    "Inputs to PackedBatch must be truncated to max length. Exceeds: (feature, "
+                    f"feature_length, max_length) = {over}. Truncate them upstream or pass "
+                    "truncate_long_sequences=True."
+                )
+            lengths = np.minimum(full, targets)
             fits = (rnd.remaining >= lengths).all(axis=1)
             if max_seq is not None:
                 fits &= rnd.counts < max_seq

@@ -99,6 +99,7 @@ def test_max_sequences_per_bin_padding_and_truncation():
             shuffle_bins=False,
             max_sequences_per_bin=2,
             padding_struct={"t": -1},
+            truncate_long_sequences=True,
         )
     )
     assert rows[0]["t"].tolist() == [1, 2, 1, 2, -1, -1, -1, -1]
@@ -174,8 +175,10 @@ def test_bad_inputs():
         FF(_src([]), length_struct={"a": 3}, num_packing_bins=0)
     with pytest.raises(TypeError):
         FF(_src([]), length_struct={"a": 3.5}, num_packing_bins=1)
-    with pytest.raises(ValueError, match="scalar"):
-        list(FF(_src([{"a": 3}]), length_struct={"a": 4}, num_packing_bins=1))
+    # As in Grain, a scalar packs as a length-1 sequence.
+    assert list(FF(_src([{"a": 3}]), length_struct={"a": 4}, num_packing_bins=1))[0]["a"].tolist() == [
+        3, 0, 0, 0
+    ]
     with pytest.raises(ValueError, match="ragged"):
         list(FF(_src([{"a": [[1, 2], [3]]}]), length_struct={"a": 4}, num_packing_bins=1))
     with pytest.raises(ValueError, match="meta_features"):
@@ -265,14 +268,20 @@ def test_concat_then_split_empty_elements_take_segment_ids():
 
 
 def test_concat_then_split_bos():
-    # Pinned against grain 0.2.18: the first token of every piece becomes BOS.
+    # Pinned against grain 0.2.18: the first token of every piece of the bos_features becomes
+    # BOS; without bos_features nothing changes.
     docs = [{"t": np.arange(1, n + 1)} for n in (6, 6)]
+    plain = list(
+        _cts(docs, length_struct={"t": 4}, bos_handling="replace_first_token_with_bos", bos_token_id=99)
+    )
+    assert [r["t"].tolist() for r in plain] == [[1, 2, 3, 4], [5, 6, 1, 2], [3, 4, 5, 6]]
     rows = list(
         _cts(
             docs,
             length_struct={"t": 4},
             bos_handling="replace_first_token_with_bos",
             bos_token_id=99,
+            bos_features=["t"],
         )
     )
     assert [r["t"].tolist() for r in rows] == [[99, 2, 3, 4], [99, 6, 99, 2], [99, 4, 5, 6]]
@@ -466,7 +475,14 @@ def test_dtype_change_between_elements_is_refused():
 def test_long_sequences_are_truncated_never_dropped():
     FF = grain.experimental.FirstFitPackIterDataset
     docs = [{"a": np.arange(1, 10)}, {"a": np.arange(1, 3)}]
-    rows = list(FF(_src(docs), length_struct={"a": 4}, num_packing_bins=1, shuffle_bins=False))
+    with pytest.raises(ValueError, match="must be truncated to max length.*'a', 9, 4"):
+        list(FF(_src(docs), length_struct={"a": 4}, num_packing_bins=1, shuffle_bins=False))
+    rows = list(
+        FF(
+            _src(docs), length_struct={"a": 4}, num_packing_bins=1, shuffle_bins=False,
+            truncate_long_sequences=True,
+        )
+    )
     assert [r["a"].tolist() for r in rows] == [[1, 2, 3, 4], [1, 2, 0, 0]]
     cts = list(_cts(docs, length_struct={"a": 4}))
     assert np.concatenate([r["a"] for r in cts]).tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 0]
