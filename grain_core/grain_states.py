@@ -66,6 +66,8 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
             f"{dict(grain)!r} cannot be placed into it."
         )
     kind = ours.get("kind")
+    if kind is None:  # a user-written (Grain-style) iterator: its state is already its own
+        return dict(grain)
     if kind == "PrefetchDatasetIterator":
         if "next_index" not in grain:
             raise _unknown(grain, kind, path)
@@ -78,7 +80,7 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
         }
     if kind == "MixedIterDataset" and {"parents", "index"} <= set(grain):
         return _translate_mix(grain, ours, path)
-    if isinstance(ours.get("parent"), Mapping) and not (set(grain) - {"next_index"}):
+    if isinstance(ours.get("parent"), Mapping):
         # A stage whose Grain iterator saves its parent's state as its own (map, filter, batch).
         return {**ours, "parent": _translate(grain, ours["parent"], path)}
     raise _unknown(grain, kind, path)

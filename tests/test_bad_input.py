@@ -40,8 +40,10 @@ def test_mix_weights():
         MapDataset.mix([a, b], weights=[1, -1])
     with pytest.raises(ValueError, match="2 weights for 3 datasets"):
         MapDataset.mix([a, b, a], weights=[1, 1])
-    with pytest.raises(ValueError, match="at least one weight must be positive"):
-        MapDataset.mix([a, b], weights=[0, 0])
+    with pytest.raises(ValueError, match="Must specify all non-zero proportions for mixing"):
+        MapDataset.mix([a, b], weights=[0, 0])  # Grain refuses any zero weight
+    with pytest.raises(ValueError, match="Must specify all non-zero proportions for mixing"):
+        MapDataset.mix([a, b], weights=[1, 0])
     with pytest.raises(ValueError, match="weights"):
         grain.IterDataset.mix([a.to_iter_dataset(), b.to_iter_dataset()], weights=[1, float("nan")])
 

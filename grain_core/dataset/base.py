@@ -433,7 +433,9 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
             def set_state(self: DatasetIterator, state: Any, _own: Any = own) -> None:
                 if _grain_states.is_grain_state(state):
-                    state = _grain_states.from_grain_state(state, self.get_state())
+                    template = self.get_state()
+                    if not _grain_states.is_grain_state(template):  # else: a user iterator's own
+                        state = _grain_states.from_grain_state(state, template)
                 return _own(self, state)
 
             set_state.__doc__ = own.__doc__
