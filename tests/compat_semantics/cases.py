@@ -253,6 +253,20 @@ PACKING = [
     f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_EX)}, length_struct={{'tokens': 6, 'index': 2}}, num_packing_bins=2, shuffle_bins=False)",
 ]
 
+_PQ = (
+    "import os, tempfile\nimport pyarrow as pa, pyarrow.parquet as pq\n"
+    "d = tempfile.mkdtemp()\npaths = []\n"
+    "for i in range({files}):\n"
+    "    p = os.path.join(d, f'{{i}}.parquet')\n"
+    "    pq.write_table(pa.table({{'x': list(range(i * 100, i * 100 + 3 + i))}}), p, row_group_size=2)\n"
+    "    paths.append(p)\n"
+)
+PARQUET = [
+    _PQ.format(files=1) + "result = [r['x'] for r in grain.experimental.ParquetIterDataset(paths)]",
+    _PQ.format(files=3) + "result = [r['x'] for r in grain.experimental.ParquetIterDataset(paths)]",
+    _PQ.format(files=20) + "result = [r['x'] for r in grain.experimental.ParquetIterDataset(paths)]",
+]
+
 GROUPS = {
     "shuffle": SHUFFLE,
     "seeds": SEEDS,
@@ -263,4 +277,5 @@ GROUPS = {
     "data_loader_states": LOADER_STATES,
     "dataset_states": DATASET_STATES,
     "packing": PACKING,
+    "parquet": PARQUET,
 }

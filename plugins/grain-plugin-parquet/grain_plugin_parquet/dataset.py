@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import grain_core as grain
@@ -13,6 +14,7 @@ from grain_plugin_parquet import _io
 __all__ = ["ParquetIterDataset"]
 
 _KIND = "ParquetIterDataset"
+_CYCLE_LENGTH = 16  # files read at once from a list of paths, as in Grain
 
 
 class ParquetIterDataset(grain.IterDataset):
@@ -39,8 +41,21 @@ class ParquetIterDataset(grain.IterDataset):
         column; each naming the file.
     """
 
-    def __init__(self, path: str | os.PathLike, **read_kwargs: Any):
+    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike], **read_kwargs: Any):
         super().__init__()
+        self._files: list[ParquetIterDataset] | None = None
+        if isinstance(path, Sequence) and not isinstance(path, (str, bytes)):
+            # As in Grain: several files are interleaved, up to 16 at a time, one row each in turn.
+            paths = list(path)
+            if not paths:
+                raise ValueError("ParquetIterDataset: got an empty list of paths; pass at least one.")
+            if len(paths) > 1:
+                self._files = [ParquetIterDataset(p, **read_kwargs) for p in paths]
+                self._path = [f.path for f in self._files]
+                self._columns = self._files[0]._columns
+                self._rows_per_group = [n for f in self._files for n in f._rows_per_group]
+                return
+            path = paths[0]
         self._path = _io.check_path(path, "ParquetIterDataset")
         self._filesystem = _io.check_filesystem(
             read_kwargs.pop("filesystem", None), "ParquetIterDataset"
@@ -56,8 +71,8 @@ class ParquetIterDataset(grain.IterDataset):
             handle.close()
 
     @property
-    def path(self) -> str:
-        """The path (or URI) as given."""
+    def path(self) -> str | list[str]:
+        """The path (or URI) as given; a list for several files."""
         return self._path
 
     @property
@@ -73,10 +88,17 @@ class ParquetIterDataset(grain.IterDataset):
     def _open(self):
         return _io.open_parquet(self._path, self._filesystem, **self._read_kwargs)
 
-    def __iter__(self) -> _ParquetIterator:
+    def __iter__(self) -> grain.DatasetIterator:
+        if self._files is not None:
+            interleaved = grain.experimental.InterleaveIterDataset(
+                self._files, cycle_length=_CYCLE_LENGTH
+            )
+            return iter(interleaved)
         return _ParquetIterator(self)
 
     def __str__(self) -> str:
+        if self._files is not None:
+            return f"ParquetIterDataset(path={self._path!r}, columns={self._columns})"
         fs = _io.describe_filesystem(self._filesystem)
         where = "" if fs is None else f", filesystem={fs!r}"
         return f"ParquetIterDataset(path={self._path!r}{where}, columns={self._columns})"
