@@ -197,7 +197,8 @@ class WorkerEnvironment:
       only if it was on the consumer's; a helper process started with ``python -c`` must not add it.
     * ``env``: the consumer's ``GRAIN_CORE_*`` environment variables (plugin selection).
     * ``plugin_modules``: modules of plugins registered explicitly with
-      ``grain_core.plugins.register`` (entry-point plugins are discovered again).
+      ``grain_core.plugins.register`` that are importable by name (in ``sys.modules``); the worker
+      imports and registers them. Entry-point plugins are discovered again.
     """
 
     sys_path: tuple[str, ...]
@@ -211,7 +212,9 @@ class WorkerEnvironment:
         return cls(
             sys_path=tuple(sys.path),
             env=tuple(sorted(_plugin_env().items())),
-            plugin_modules=tuple(get_registry().explicit_module_names()),
+            plugin_modules=tuple(
+                m for m in get_registry().explicit_module_names() if m in sys.modules
+            ),
         )
 
     def apply(self) -> None:
