@@ -383,16 +383,20 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         self,
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        runtime: Any = None,
     ) -> IterDataset[T]:
-        """Returns this dataset produced by ``options.num_workers`` worker processes.
+        """Returns this dataset produced by ``options.num_workers`` workers.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
-        at the number of CPUs.
+        at the number of CPUs. ``runtime`` picks where workers run: a runtime object or a registered
+        runtime name (default ``"processes"``: local processes; see ``docs/runtime.md``).
         """
         from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
 
-        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
+        return MultiprocessPrefetchIterDataset(
+            self, options, worker_init_fn=worker_init_fn, runtime=runtime
+        )
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated alias of :meth:`mp_prefetch`."""
