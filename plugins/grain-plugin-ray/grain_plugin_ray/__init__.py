@@ -1,13 +1,9 @@
-"""grain_core plugin running ``mp_prefetch`` worker shares in Ray Core actors (see docs/ray.md)."""
+"""grain_core plugin running ``mp_prefetch`` worker shares in Ray Core actors (see docs/ray.md).
 
-from grain_plugin_ray.dataset import RayPrefetchIterDataset, ray_prefetch
-from grain_plugin_ray.iterator import RayPrefetchDatasetIterator, RayWorkerError
-from grain_plugin_ray.runtime import RayRuntime
+    ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=8), runtime=RayRuntime(address="auto"))
+"""
 
-__all__ = [
-    "RayPrefetchDatasetIterator",
-    "RayPrefetchIterDataset",
-    "RayRuntime",
-    "RayWorkerError",
-    "ray_prefetch",
-]
+from grain_plugin_ray.pool import RayChannel, RayWorkerPool
+from grain_plugin_ray.runtime import ACTOR_NAMESPACE, RayRuntime
+
+__all__ = ["ACTOR_NAMESPACE", "RayChannel", "RayRuntime", "RayWorkerPool"]

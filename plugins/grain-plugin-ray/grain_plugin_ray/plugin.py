@@ -1,9 +1,9 @@
-"""Hook implementations registering the Ray runtime."""
+"""Hook implementation registering the Ray runtime as ``mp_prefetch(..., runtime="ray")``."""
 
 from grain_core.plugins import hookimpl
-from grain_plugin_ray.dataset import ray_prefetch
+from grain_plugin_ray.runtime import RayRuntime
 
 
 @hookimpl
-def register_dataset_factories(register):
-    register(ray_prefetch, name="ray_prefetch", on="IterDataset")
+def register_runtimes(register):
+    register(RayRuntime, name="ray")

@@ -1,13 +1,26 @@
-"""``RayRuntime``: where and how ``mp_prefetch`` worker shares run as Ray Core actors."""
+"""``RayRuntime``: the ``mp_prefetch`` runtime running worker shares as Ray Core actors.
+
+``ds.mp_prefetch(options, runtime=RayRuntime(...))`` (or ``runtime="ray"`` for the defaults) starts
+``options.num_workers`` actors (:class:`grain_plugin_ray.actor.WorkerActor`); the kernel's
+round-robin consumer reads them, so elements, order and state are ``mp_prefetch``'s.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RayRuntime"]
+from grain_core.runtime.api import WorkerJob
+from grain_plugin_ray.actor import WorkerActor
+from grain_plugin_ray.pool import RayWorkerPool
+
+__all__ = ["ACTOR_NAMESPACE", "RayRuntime"]
+
+#: The Ray namespace of the worker actors (``ray.util.list_named_actors(all_namespaces=True)``).
+ACTOR_NAMESPACE = "grain_core"
 
 
 def _positive(name: str, value: Any, kind: type | tuple[type, ...] = int) -> None:
@@ -31,16 +44,13 @@ class RayRuntime:
       resources: custom resources each actor reserves, e.g. ``{"preprocessing": 1}`` to place the
         actors only on nodes started with ``ray start --resources '{"preprocessing": 8}'``.
       runtime_env: Ray runtime environment of the actors (``working_dir``, ``pip``, ``env_vars``).
-      elements_per_call: most elements one actor call returns (small elements are grouped to
-        amortise the ~1 ms cost of a call; the group grows 1, 2, 4, ... up to this).
-      bytes_per_call: a call returns as soon as its numpy leaves reach this many bytes.
-      seconds_per_call: a call returns once it has produced for this long (latency bound).
-      start_timeout_s: how long to wait for the actors to be placed and to build their pipelines
-        before raising (a cluster without the requested CPUs / resources never places them).
+      start_timeout_s: how long the consumer waits for an actor's first message (Ray placed it
+        and it built its pipeline) before raising; a cluster without the requested CPUs or
+        resources never places it.
 
-    Each actor has at most ``per_worker_buffer_size`` calls in flight, so at most
-    ``per_worker_buffer_size * elements_per_call`` elements are produced ahead of the consumer per
-    actor, plus the batch being consumed (``elements_per_call=1`` bounds it by elements exactly).
+    As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
+    not yet returned by ``next()``; elements travel in groups (one actor call returns every group
+    ready), numpy leaves of large results as zero-copy views of Ray's object store.
     """
 
     address: str | None = None
@@ -48,9 +58,6 @@ class RayRuntime:
     num_cpus: float = 1.0
     resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
     runtime_env: Mapping[str, Any] | None = None
-    elements_per_call: int = 64
-    bytes_per_call: int = 64 << 20
-    seconds_per_call: float = 0.05
     start_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
@@ -75,9 +82,6 @@ class RayRuntime:
             )
         if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
             raise TypeError(f"RayRuntime.runtime_env must be a mapping, got {self.runtime_env!r}.")
-        _positive("elements_per_call", self.elements_per_call)
-        _positive("bytes_per_call", self.bytes_per_call)
-        _positive("seconds_per_call", self.seconds_per_call, (int, float))
         _positive("start_timeout_s", self.start_timeout_s, (int, float))
 
     def connect(self) -> None:
@@ -94,10 +98,31 @@ class RayRuntime:
             "name": name,
             "namespace": namespace,
             "max_restarts": 0,
-            "max_concurrency": 1,
+            # fetch waits for output while post delivers commands: a threaded actor.
+            "max_concurrency": 4,
         }
         if self.resources:
             opts["resources"] = dict(self.resources)
         if self.runtime_env is not None:
             opts["runtime_env"] = dict(self.runtime_env)
         return opts
+
+    def start_workers(self, job: WorkerJob) -> RayWorkerPool:
+        """Starts ``job.worker_count`` actors, worker ``i`` running ``WorkerLoop(job, i, ...)``."""
+        import ray
+
+        self.connect()
+        job_ref = ray.put(job)
+        actor_class = ray.remote(WorkerActor)
+        tag = uuid.uuid4().hex[:12]
+        names = [f"grain_core-{tag}-w{i}" for i in range(job.worker_count)]
+        actors: list[Any] = []
+        try:
+            for i, name in enumerate(names):
+                opts = self.actor_options(name, ACTOR_NAMESPACE)
+                actors.append(actor_class.options(**opts).remote(job_ref, i))
+        except BaseException:
+            for a in actors:
+                ray.kill(a, no_restart=True)
+            raise
+        return RayWorkerPool(self, actors, names)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from grain_plugin_ray import RayPrefetchDatasetIterator, RayRuntime, ray_prefetch
+from grain_plugin_ray import RayRuntime, RayWorkerPool
 from ray_pipelines import N, pipeline
 
 import grain_core as grain
@@ -21,9 +21,9 @@ RT = RayRuntime(num_cpus=0)
 _REFERENCE: dict[int, list] = {}
 
 
-def ray_ds(k: int, ds=None, **runtime):
+def ray_ds(k: int, ds=None):
     ds = pipeline() if ds is None else ds
-    return ds.pipe(ray_prefetch, MP(num_workers=k), RayRuntime(num_cpus=0, **runtime))
+    return ds.mp_prefetch(MP(num_workers=k), runtime=RT)
 
 
 def reference(k: int) -> list:
@@ -46,7 +46,7 @@ def load_in_process(state, directory):
 @pytest.mark.parametrize("k", [2, 3])
 def test_same_elements_in_the_same_order_as_mp_prefetch(k):
     with iter(ray_ds(k)) as it:
-        assert isinstance(it, RayPrefetchDatasetIterator)
+        assert isinstance(it.pool, RayWorkerPool)
         got = list(it)
         state = it.get_state()
     assert_elements_equal(reference(k), got, f"Ray vs mp_prefetch with {k} workers")
@@ -58,7 +58,7 @@ def test_same_elements_in_the_same_order_as_mp_prefetch(k):
 def test_zero_workers_is_in_process():
     ds = ray_ds(0)
     it = iter(ds)
-    assert not isinstance(it, RayPrefetchDatasetIterator)
+    assert not hasattr(it, "pool")
     assert_elements_equal(reference(0), list(it), "num_workers=0")
 
 
@@ -109,7 +109,7 @@ def test_mp_prefetch_and_in_process_states_restore_into_ray(tmp_path):
 
 def test_refused_states_change_nothing():
     other = grain.MapDataset.range(N).to_iter_dataset()
-    with iter(ray_ds(2)) as it, iter(other.pipe(ray_prefetch, MP(num_workers=2), RT)) as foreign:
+    with iter(ray_ds(2)) as it, iter(ray_ds(2, other)) as foreign:
         next(foreign)
         first = [next(it) for _ in range(4)]
         before = it.get_state()
@@ -123,10 +123,10 @@ def test_refused_states_change_nothing():
 
 def test_elastic_restore_refused_where_mp_prefetch_refuses_it():
     batched = grain.MapDataset.range(20).to_iter_dataset().batch(2)
-    with iter(batched.pipe(ray_prefetch, MP(num_workers=2), RT)) as it2:
+    with iter(batched.mp_prefetch(MP(num_workers=2), runtime=RT)) as it2:
         next(it2)
         state = it2.get_state()
-    with iter(batched.pipe(ray_prefetch, MP(num_workers=3), RT)) as it3:
+    with iter(batched.mp_prefetch(MP(num_workers=3), runtime=RT)) as it3:
         before = it3.get_state()
         with pytest.raises(StateMismatchError, match="BatchIterDataset|one-to-one"):
             it3.set_state(state)
