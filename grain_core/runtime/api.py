@@ -69,6 +69,7 @@ __all__ = [
     "WorkerLostError",
     "WorkerPool",
     "STATE_KIND",
+    "next_or_rollback",
 ]
 
 _log = logging.getLogger(__name__)
@@ -583,6 +584,25 @@ class WorkerLoop:
 # --------------------------------------------------------------------------------------------------
 
 
+def next_or_rollback(it: Any) -> Any:
+    """``next(it)`` for a wrapper that returns the element as it is: when an exception (Ctrl-C) is
+    raised into this call after ``it`` returned an element, ``it`` is rolled back so that the next
+    ``next()`` returns that element again. ``it`` takes part by having ``rollback_mark()`` and
+    ``rollback(mark)`` (:class:`RoundRobinConsumer` and the thread-prefetch iterator do); for any
+    other iterator this is ``next(it)``."""
+    mark_fn = getattr(it, "rollback_mark", None)
+    if mark_fn is None:
+        return next(it)
+    mark = mark_fn()
+    try:
+        return next(it)
+    except StopIteration:
+        raise
+    except BaseException:
+        it.rollback(mark)
+        raise
+
+
 class _Worker(NamedTuple):
     """The consumer's view of one worker; replaced as a whole, never changed in place."""
 
@@ -644,6 +664,7 @@ class RoundRobinConsumer(DatasetIterator):
         self._started = False
         self._error: BaseException | None = None
         self._cursor = _Cursor(0, 0, 0, tuple(_Worker() for _ in range(k)))
+        self._prev: _Cursor | None = None  # the cursor before the last element returned
         self._credited = [0] * k
         self._templates: list[Any] = [_PENDING] * k
         self._elastic_problems: list[str | None] = [None] * k
@@ -729,14 +750,18 @@ class RoundRobinConsumer(DatasetIterator):
                     w.failure,
                 )
                 ws = cur.workers
-                self._cursor = _Cursor(
+                new = _Cursor(
                     cur.generation,
                     i + 1 if i + 1 < k else 0,
                     cur.position + 1,
                     ws[:i] + (nw,) + ws[i + 1 :],
                 )
                 if not rest or consumed - self._credited[i] >= self._credit_step:
-                    self._credit(i, consumed)
+                    self._credit(i, cur.generation, consumed)
+                # The commit: one store, then return with no call in between (an exception raised
+                # into next() lands before it, or in the caller after the element was returned).
+                self._prev = cur
+                self._cursor = new
                 return x
             if w.failure is not None:
                 self._error = self._worker_exception(i, w.failure)
@@ -746,15 +771,27 @@ class RoundRobinConsumer(DatasetIterator):
                 continue
             self._receive(i)
 
-    def _credit(self, i: int, consumed: int) -> None:
-        self._send(i, Consumed(self._cursor.generation, consumed))
+    def rollback_mark(self) -> Any:
+        """A mark for :meth:`rollback` (see :func:`next_or_rollback`)."""
+        return self._cursor
+
+    def rollback(self, mark: Any) -> None:
+        """Un-returns the element returned since ``mark``, if exactly one was (its caller was
+        interrupted before it got it): the next ``next()`` returns it again."""
+        prev = self._prev
+        if prev is not None and self._cursor.position == mark.position + 1 == prev.position + 1:
+            self._cursor = prev  # the cursor just before that element was taken
+
+    def _credit(self, i: int, generation: int, consumed: int) -> None:
+        self._send(i, Consumed(generation, consumed))
         self._credited[i] = consumed
 
     def _send_credits(self) -> None:
         """Sends the counts an interrupted ``next()`` may have left unsent (idempotent)."""
-        for i, w in enumerate(self._cursor.workers):
-            if w.consumed > self._credited[i]:
-                self._credit(i, w.consumed)
+        cur = self._cursor
+        for i, w in enumerate(cur.workers):
+            if w.consumed != self._credited[i]:
+                self._credit(i, cur.generation, w.consumed)
 
     def _receive(self, i: int) -> None:
         """Applies worker ``i``'s next message (waiting for it)."""
@@ -884,6 +921,7 @@ class RoundRobinConsumer(DatasetIterator):
         self._started = False
         self._error = None
         self._credited = [0] * self._k
+        self._prev = None
         self._cursor = _Cursor(gen, int(nxt), int(position), views)
 
     def template(self, i: int) -> Any:

@@ -27,6 +27,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -268,20 +269,21 @@ class _ProcessChannel:
         self._pool.wake()
 
     def peek(self, timeout: float) -> Any:
-        cond = self._pool.cond
-        with cond:
-            if not self.inbox and self.lost is None:
-                cond.wait(timeout)
-            if self.inbox:
-                return self.inbox[0]
-            if self.lost is not None:
-                raise api.WorkerLostError(self.lost)
-            return None
+        # No lock is taken here: an exception raised into the caller (Ctrl-C) at any point leaves
+        # nothing held and nothing removed.
+        if self.inbox:
+            return self.inbox[0]
+        if self.lost is None:
+            self._pool.wait_ready(timeout)
+        if self.inbox:
+            return self.inbox[0]
+        if self.lost is not None:
+            raise api.WorkerLostError(self.lost)
+        return None
 
     def drop(self) -> None:
-        with self._pool.cond:
-            if self.inbox:
-                self.inbox.popleft()
+        if self.inbox:
+            self.inbox.popleft()
 
 
 class ProcessPool:
@@ -289,13 +291,15 @@ class ProcessPool:
 
     def __init__(self, runtime: ProcessRuntime, job: api.WorkerJob):
         self.prefix = shm.new_prefix()
-        self.cond = threading.Condition()
         self.channels: list[_ProcessChannel] = []
         self._reader = shm.MessageReader()
         self._closed = False
         self._close_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()  # consumer -> I/O thread: something to send
         os.set_blocking(self._wake_w, False)
+        self._ready_r, self._ready_w = os.pipe()  # I/O thread -> consumer: a message arrived
+        os.set_blocking(self._ready_r, False)
+        os.set_blocking(self._ready_w, False)
         self._warned = False
         shm.reclaim_stale()
         min_free = shm.min_free_bytes()
@@ -353,6 +357,21 @@ class ProcessPool:
         try:
             os.write(self._wake_w, b"\0")
         except (BlockingIOError, OSError):
+            pass
+
+    def _signal_ready(self) -> None:
+        try:
+            os.write(self._ready_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def wait_ready(self, timeout: float) -> None:
+        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel)."""
+        try:
+            r, _, _ = select.select([self._ready_r], [], [], timeout)
+            if r:
+                os.read(self._ready_r, 65536)
+        except (BlockingIOError, OSError, ValueError):
             pass
 
     # --- the I/O thread ----------------------------------------------------------------------------
@@ -438,9 +457,8 @@ class ProcessPool:
             if msg.fallback is not None:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out
-        with self.cond:
-            ch.inbox.append(msg)
-            self.cond.notify_all()
+        ch.inbox.append(msg)
+        self._signal_ready()
 
     def _lose(self, ch: _ProcessChannel) -> None:
         proc = ch.proc
@@ -455,9 +473,8 @@ class ProcessPool:
                 how = f"signal {signal.Signals(-code).name}"
             except ValueError:
                 how = f"signal {-code}"
-        with self.cond:
-            ch.lost = f"(pid {proc.pid}) died unexpectedly ({how})"
-            self.cond.notify_all()
+        ch.lost = f"(pid {proc.pid}) died unexpectedly ({how})"
+        self._signal_ready()
 
     # --- closing -----------------------------------------------------------------------------------
 
@@ -466,11 +483,10 @@ class ProcessPool:
             if self._closed:
                 return
             self._closed = True
-        with self.cond:
-            for ch in self.channels:
-                if ch.lost is None:
-                    ch.lost = "(closed)"
-            self.cond.notify_all()
+        for ch in self.channels:
+            if ch.lost is None:
+                ch.lost = "(closed)"
+        self._signal_ready()
         self.wake()
         t = self._thread
         if t is not None and t is not threading.current_thread():
@@ -505,7 +521,7 @@ class ProcessPool:
                 pass
         self._reader.close()
         shm.sweep(self.prefix)
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
             try:
                 os.close(fd)
             except OSError:
