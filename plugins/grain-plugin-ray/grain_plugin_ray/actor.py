@@ -9,8 +9,8 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
 * ``post(seq, message)``: a command from the consumer. Calls of a threaded actor may run out of
   order, so commands carry the consumer's sequence number and the endpoint hands them to the loop
   in that order.
-* ``fetch(wait_s)``: every message the loop sent since the last ``fetch``, waiting up to ``wait_s``
-  seconds for the first. Batches of elements travel as the method's return value, through Ray's
+* ``fetch(acked, wait_s)``: every message the loop sent after message ``acked``, waiting up to
+  ``wait_s`` seconds for the first. Batches of elements travel as the method's return value, through Ray's
   object store (numpy leaves of large results are zero-copy views for the consumer).
 """
 
@@ -37,11 +37,22 @@ def numpy_bytes(element: Any) -> int:
 
 
 class ActorEndpoint:
-    """The ``WorkerEndpoint`` a ``WorkerLoop`` talks to inside the actor (thread-safe)."""
+    """The ``WorkerEndpoint`` a ``WorkerLoop`` talks to inside the actor (thread-safe).
+
+    Both directions survive a consumer interrupted at any point (``Ctrl-C`` in ``next()``):
+
+    * Commands are delivered in the consumer's order (``seq``), whatever order the actor's threads
+      run ``post`` in. A command whose ``seq`` was delivered already is a consumer's re-send after
+      an interruption, the newest command: it is delivered at once (commands are idempotent).
+    * A message stays here until the consumer acknowledges it (``fetch(acked)``: every message
+      with ``seq <= acked`` was received), so a ``fetch`` result the consumer never read (an
+      interruption) is returned again by the next ``fetch``.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._commands: dict[int, Any] = {}
+        self._waiting: dict[int, list[Any]] = {}  # commands that came before an earlier seq
+        self._ready: collections.deque[Any] = collections.deque()
         self._next_command = 0
         self._outbox: collections.deque[Any] = collections.deque()
 
@@ -55,34 +66,40 @@ class ActorEndpoint:
     def receive(self, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._next_command not in self._commands:
+            while not self._ready:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(left)
-            message = self._commands.pop(self._next_command)
-            self._next_command += 1
-            return message
+            return self._ready.popleft()
 
     # --- the actor methods' side --------------------------------------------------------------------
 
     def post(self, seq: int, message: Any) -> None:
         with self._cond:
-            if seq >= self._next_command:
-                self._commands[seq] = message
-                self._cond.notify_all()
+            if seq < self._next_command:
+                self._ready.append(message)  # a re-send: the newest command
+            elif seq > self._next_command:
+                self._waiting.setdefault(seq, []).append(message)
+            else:
+                self._ready.append(message)
+                self._next_command += 1
+                while self._next_command in self._waiting:
+                    self._ready.extend(self._waiting.pop(self._next_command))
+                    self._next_command += 1
+            self._cond.notify_all()
 
-    def fetch(self, wait_s: float) -> list[Any]:
+    def fetch(self, acked: int, wait_s: float) -> list[Any]:
         deadline = time.monotonic() + wait_s
         with self._cond:
+            while self._outbox and self._outbox[0].seq <= acked:
+                self._outbox.popleft()
             while not self._outbox:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
                 self._cond.wait(left)
-            out = list(self._outbox)
-            self._outbox.clear()
-            return out
+            return list(self._outbox)
 
 
 class Location:
@@ -116,8 +133,8 @@ class WorkerActor:
     def post(self, seq: int, message: Any) -> None:
         self._endpoint.post(seq, message)
 
-    def fetch(self, wait_s: float) -> list[Any]:
-        return self._endpoint.fetch(wait_s)
+    def fetch(self, acked: int, wait_s: float) -> list[Any]:
+        return self._endpoint.fetch(acked, wait_s)
 
     def location(self) -> Location:
         import ray

@@ -5,8 +5,8 @@ reads the channels; this module only moves messages:
 
 * :meth:`RayChannel.send` calls the actor's ``post`` with the next sequence number (no wait).
 * :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
-  messages are queued here and the next ``fetch`` is issued at once, so the actor's output is
-  always on its way. The object reference of a completed call is dropped as soon as its result is
+  messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
+  actor's output is always on its way. The object reference of a completed call is dropped as soon as its result is
   read: Ray frees the object once the elements taken from it are dropped too.
 * A dead actor (``ray.kill``, a crash, a lost node) makes the pending ``fetch`` fail with
   ``RayActorError``; the channel raises :class:`~grain_core.runtime.api.WorkerLostError` saying
@@ -44,6 +44,7 @@ class RayChannel:
         self._seq = 0
         self._inbox: collections.deque[Any] = collections.deque()
         self._fetch: Any = None  # the fetch call in flight
+        self._acked = 0  # seq of the last message received (every earlier one was too)
         self._location_ref = actor.location.remote()
         self._heard = False  # any message received (so the actor was placed and built)
         self.lost: str | None = None
@@ -51,12 +52,14 @@ class RayChannel:
     def send(self, message: Any) -> None:
         if self.lost is not None or self._pool.closed:
             return
+        # Interrupted between the two lines, the consumer re-sends and reuses this seq: the actor
+        # delivers that re-send too (see ActorEndpoint.post).
         self.actor.post.remote(self._seq, message)
         self._seq += 1
 
     def peek(self, timeout: float) -> Any:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import RayActorError
 
         if self._inbox:
             return self._inbox[0]
@@ -65,29 +68,28 @@ class RayChannel:
         if self._pool.closed:
             raise WorkerLostError("(closed)")
         if self._fetch is None:
-            self._fetch = self.actor.fetch.remote(FETCH_WAIT_SECONDS)
+            self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
         done, _ = ray.wait([self._fetch], timeout=timeout)
         if not done:
             if not self._heard:
                 self._check_placed()
             return None
-        ref, self._fetch = self._fetch, None
         try:
-            messages = ray.get(ref)
+            messages = ray.get(self._fetch)
         except RayActorError as e:
             self.lost = f"({self._where()}) died: {_first_line(e)}"
             raise WorkerLostError(self.lost) from None
-        except GetTimeoutError:  # pragma: no cover - wait said it was done
-            return None
-        del ref
-        if self._pool.closed:
-            raise WorkerLostError("(closed)")
-        self._fetch = self.actor.fetch.remote(FETCH_WAIT_SECONDS)
-        if messages:
+        # An interruption anywhere below loses nothing: messages stay in the actor until
+        # acknowledged by a later fetch, and the consumer applies a repeated message once.
+        new = [m for m in messages if m.seq > self._acked]
+        if new:
             self._heard = True
-            self._inbox.extend(messages)
-            return self._inbox[0]
-        return None
+            self._inbox.extend(new)
+            self._acked = new[-1].seq
+        # The next fetch is on its way while these messages are consumed; dropping the reference
+        # to the finished one lets Ray free its object.
+        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
+        return self._inbox[0] if self._inbox else None
 
     def drop(self) -> None:
         if self._inbox:
