@@ -176,9 +176,9 @@ def test_a_small_dev_shm_falls_back_to_pipes_with_a_warning(min_free_mb):
 def test_fallback_threshold(monkeypatch):
     """The documented threshold, lowered free space simulated by raising it: same fallback."""
     import numpy as np
+    from runtime_helpers import our_segments
 
     import grain_core as grain
-    from runtime_helpers import our_segments
 
     monkeypatch.setenv("GRAIN_CORE_SHM_MIN_FREE_MB", str(10**9))
     ds = (
