@@ -82,6 +82,9 @@ MAX_MESSAGE_BYTES = 64 << 20
 #: A worker sends what it has when its group is this old, before it starts the next element.
 MAX_MESSAGE_SECONDS = 0.005
 WAIT_SECONDS = 0.05
+#: The largest ``skip`` a state may hold: a worker state is taken at least every message, so a
+#: state written by ``get_state()`` never skips more.
+MAX_SKIP = 1 << 16
 
 
 class WorkerError(RuntimeError):
@@ -896,8 +899,16 @@ class RoundRobinConsumer(DatasetIterator):
                 f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
             )
         for w in workers:
-            if not isinstance(w, dict) or not _state_int(w.get("skip")) or w["skip"] < 0:
-                raise _state.StateMismatchError(f"Malformed worker entry in the state: {w!r}")
+            if (
+                not isinstance(w, dict)
+                or not _state_int(w.get("skip"))
+                or not 0 <= w["skip"] <= MAX_SKIP
+                or not isinstance(w.get("exhausted", False), bool)
+            ):
+                raise _state.StateMismatchError(
+                    f"Malformed worker entry in the state: {w!r} (skip must be an int in "
+                    f"[0, {MAX_SKIP}], exhausted a bool): it was not written by get_state()."
+                )
         position = state.get("position", 0)
         if not _state_int(position) or position < 0:
             raise _state.StateMismatchError(f"Malformed position in the state: {position!r}")

@@ -183,13 +183,21 @@ def _alive(pid: int) -> bool:
 
 
 def _die_with_parent(consumer_pid: int, prefix: str) -> None:
-    """Parent-death signal (Linux) and a watchdog thread: the worker ends when its consumer does."""
+    """The worker ends when its consumer does, unlinking its segments: ``SIGTERM`` does that at
+    once; Linux sends it when the worker's parent (the consumer, or the forkserver, which exits with
+    the consumer) dies (``PR_SET_PDEATHSIG``); a watchdog thread checks the consumer's pid too."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        shm.sweep(prefix)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the forkserver
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
         except Exception:
             pass
 

@@ -175,3 +175,30 @@ def test_messages_are_dataclasses_and_the_job_pickles():
     job = api.WorkerJob.create(_pipeline(), _opts(2))
     assert pickle.loads(pickle.dumps(job)) == job
     assert job.environment.sys_path == tuple(__import__("sys").path)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("skip", "3"), ("skip", 3.5), ("skip", True), ("skip", 10**12), ("skip", -1),
+     ("exhausted", "no"), ("next_worker", "1"), ("next_worker", 2), ("position", 1.5)],
+)
+def test_malformed_mp_states_are_refused_before_anything_changes(field, value):
+    ds = _pipeline()
+    with iter(ds.mp_prefetch(_opts(2))) as it:
+        head = [next(it) for _ in range(3)]
+        good = it.get_state()
+        bad = json_copy(good)
+        if field in ("skip", "exhausted"):
+            bad["workers"][0][field] = value
+        else:
+            bad[field] = value
+        with pytest.raises(StateMismatchError):
+            it.set_state(bad)
+        assert it.get_state() == good
+        assert head + list(it) == list(_pipeline().mp_prefetch(_opts(2)))
+
+
+def json_copy(x):
+    import json
+
+    return json.loads(json.dumps(x))
