@@ -45,8 +45,9 @@ class RayChannel:
         self._inbox: collections.deque[Any] = collections.deque()
         self._fetch: Any = None  # the fetch call in flight
         self._acked = 0  # seq of the last message received (every earlier one was too)
+        # Answered once the actor was placed and its constructor (the pipeline build) finished.
         self._location_ref = actor.location.remote()
-        self._heard = False  # any message received (so the actor was placed and built)
+        self._placed = False
         self.lost: str | None = None
 
     def send(self, message: Any) -> None:
@@ -71,7 +72,7 @@ class RayChannel:
             self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
         done, _ = ray.wait([self._fetch], timeout=timeout)
         if not done:
-            if not self._heard:
+            if not self._placed:
                 self._check_placed()
             return None
         try:
@@ -83,7 +84,7 @@ class RayChannel:
         # acknowledged by a later fetch, and the consumer applies a repeated message once.
         new = [m for m in messages if m.seq > self._acked]
         if new:
-            self._heard = True
+            self._placed = True
             self._inbox.extend(new)
             self._acked = new[-1].seq
         # The next fetch is on its way while these messages are consumed; dropping the reference
@@ -114,11 +115,16 @@ class RayChannel:
         return where
 
     def _check_placed(self) -> None:
-        """Raises ``WorkerLostError`` when the actor has not answered within the start timeout."""
+        """Raises ``WorkerLostError`` when the actor is still not placed and built
+        ``start_timeout_s`` after the pool started."""
         import ray
 
         rt = self._pool.runtime
         if time.monotonic() - self._pool.started < rt.start_timeout_s:
+            return
+        done, _ = ray.wait([self._location_ref], timeout=0)
+        if done:
+            self._placed = True
             return
         try:
             available = {k: v for k, v in ray.available_resources().items() if "node:" not in k}

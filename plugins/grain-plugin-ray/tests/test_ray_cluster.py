@@ -90,13 +90,28 @@ def two_node_cluster():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def logs(tmp: str) -> str:
+    out = []
+    for name in ("head.log", "node2.log"):
+        try:
+            with open(os.path.join(tmp, name)) as f:
+                out.append(f"--- {name}\n" + f.read()[-3000:])
+        except OSError:
+            pass
+    return "\n".join(out)
+
+
 def test_actors_run_on_the_second_node(two_node_cluster):
     address, env, tmp = two_node_cluster
-    out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "two_node_driver.py"), address],
-        env=env, capture_output=True, text=True, timeout=360, cwd=HERE,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    try:
+        out = subprocess.run(
+            [sys.executable, os.path.join(HERE, "two_node_driver.py"), address],
+            env=env, capture_output=True, text=True, timeout=360, cwd=HERE,
+        )
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        pytest.fail(f"the driver did not finish: {err[-4000:]}\n{logs(tmp)}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:] + logs(tmp)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["nodes"] == 2, seen
     (second,) = seen["second"]

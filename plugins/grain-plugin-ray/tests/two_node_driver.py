@@ -14,12 +14,18 @@ from grain_plugin_ray import ACTOR_NAMESPACE, RayRuntime
 import grain_core as grain
 
 
+def log(msg: str) -> None:
+    print(f"driver {time.strftime('%H:%M:%S')}: {msg}", file=sys.stderr, flush=True)
+
+
 def main(address: str) -> None:
+    log(f"connecting to {address}")
     ray.init(address=address, log_to_driver=False)
     try:
         deadline = time.monotonic() + 240
         while not ray.cluster_resources().get("second_node") and time.monotonic() < deadline:
             time.sleep(0.5)
+        log(f"cluster resources {ray.cluster_resources()}")
         nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
         second = [i for i, r in nodes.items() if "second_node" in r]
         ds = grain.MapDataset.range(40).map(lambda x: x * 3).to_iter_dataset()
@@ -27,12 +33,14 @@ def main(address: str) -> None:
         options = grain.MultiprocessingOptions(num_workers=2)
         with iter(ds.mp_prefetch(options, runtime=runtime)) as it:
             head = [int(next(it)) for _ in range(9)]
+            log("9 elements read")
             state = it.get_state()
             placed = [c.location(timeout=120).node_id for c in it.pool.channels]
             names = it.pool.actor_names
         with iter(ds.mp_prefetch(options, runtime=runtime)) as again:
             again.set_state(state)
             rest = [int(x) for x in again]
+        log("restored run done")
         deadline = time.monotonic() + 120
         left = set(names)
         while left and time.monotonic() < deadline:
