@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from grain_core.cli._about import KERNEL_DISTRIBUTION
 from grain_core.cli._target import element_spec, load_target
 
 
@@ -36,7 +37,7 @@ def provider_of(obj: Any, providers: dict[str, str] | None = None) -> str:
     mod = type(obj).__module__ or ""
     top = mod.split(".")[0]
     if top == "grain_core":
-        return "grain-core"
+        return KERNEL_DISTRIBUTION
     if top in providers:
         return providers[top]
     try:

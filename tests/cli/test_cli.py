@@ -96,7 +96,7 @@ def test_inspect_text(target):
 def test_inspect_json(target):
     data = json.loads(run("inspect", f"{target}:make_dataset", "--json").stdout)
     tree = data["tree"]
-    assert tree["stage"].startswith("PrefetchIterDataset") and tree["provider"] == "grain-core"
+    assert tree["stage"].startswith("PrefetchIterDataset") and tree["provider"] == "grain-core-kernel"
     assert tree["options"]["read_options"]["num_threads"] == 1
     spec = {leaf["path"]: leaf for leaf in data["element_spec"]}
     assert spec["['x']"]["shape"] == [8, 4] and spec["['x']"]["dtype"] == "float32"
