@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from grain_core.cli._about import KERNEL_DISTRIBUTION, kernel_version
 from grain_core.cli._target import TargetError
 
 __all__ = ["build_parser", "main"]
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     from grain_core.cli import bench, inspect, new_plugin
 
     parser = argparse.ArgumentParser(prog="grain-core", description="grain_core command line.")
+    parser.add_argument(
+        "--version", action="version", version=f"{KERNEL_DISTRIBUTION} {kernel_version()}"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plugins", help="list installed plugins, their versions and what they provide")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -123,6 +123,7 @@ def test_new_plugin_skeleton_passes_its_tests(tmp_path):
 
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     assert meta["project"]["name"] == "grain-plugin-demo-thing"
+    assert "grain-core-kernel>=0.1" in meta["project"]["dependencies"]
     assert meta["project"]["entry-points"]["grain_core"] == {"demo_thing": "grain_plugin_demo_thing.plugin"}
     # Not installed: the skeleton's conftest registers the plugin module explicitly.
     proc = subprocess.run(
