@@ -1,9 +1,11 @@
 """Records the public surface of google's ``grain`` into ``data/grain_0_2_18_surface.json``.
 
-Run manually in a side virtual environment that has google's grain installed (not grain_core)::
+Run manually in a side virtual environment that has google's grain (with orbax-checkpoint, so that
+``CheckpointSave``/``CheckpointRestore`` exist) installed, not grain_core::
 
-    python -m venv /tmp/grainvenv && /tmp/grainvenv/bin/pip install grain==0.2.18
-    /tmp/grainvenv/bin/python tests/compat/record_grain_surface.py
+    uv venv /tmp/grain-side -p 3.11
+    VIRTUAL_ENV=/tmp/grain-side uv pip install grain==0.2.18 orbax-checkpoint jax array_record pyarrow
+    /tmp/grain-side/bin/python tests/compat/record_grain_surface.py
 
 The JSON lists, for every public module Grain users import, each public name with its kind and, for
 callables, the parameters of ``inspect.signature`` (for classes: of ``__init__``, plus the public
