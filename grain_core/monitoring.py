@@ -191,7 +191,7 @@ class Metric(_MetricBase):
     """A gauge: the last value set per field values."""
 
     def __init__(
-        self, name: str, value_type: type, metadata: Any = None, *args: Any, **kwargs: Any
+        self, name: str, value_type: type = float, metadata: Any = None, *args: Any, **kwargs: Any
     ):
         self.value_type = value_type
         super().__init__(name, metadata, args, kwargs)
