@@ -284,12 +284,15 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
         return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
-        (``len == sys.maxsize``)."""
+        (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
+        epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
         from grain_core.dataset.map_ops import RepeatMapDataset
 
-        return RepeatMapDataset(self, num_epochs)
+        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
@@ -392,14 +395,23 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         self,
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
     ) -> IterDataset[T]:
         """Returns this dataset produced by ``options.num_workers`` worker processes.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
-        at the number of CPUs.
+        at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
+        refused with ``ValueError``: workers read strided slices (``i::num_workers``).
         """
         from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
+
+        if sequential_slice:
+            raise ValueError(
+                "mp_prefetch(sequential_slice=True) is not supported: grain_core workers read "
+                "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
+                "docs/migration.md)."
+            )
 
         return MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
 
