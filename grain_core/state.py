@@ -48,10 +48,11 @@ class StateMismatchError(ValueError):
     """A state does not fit the iterator it was given to (another pipeline, or another version)."""
 
 
-class InvalidStateError(StateMismatchError):
+class InvalidStateError(StateMismatchError, TypeError):
     """A state field has the wrong type or is out of range (the state was altered or corrupted).
 
-    A :class:`StateMismatchError`, so code catching mismatches catches these too.
+    A :class:`StateMismatchError` (a ``ValueError``), so code catching mismatches catches these
+    too, and a ``TypeError``, as Python raises for a wrong type.
     """
 
 
@@ -250,7 +251,7 @@ def check_state_int(
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidStateError(
-            f"{where}: state field {field!r} must be an int, got {type(value).__name__} {value!r}: "
+            f"{where}: state field {field} must be an int, got {type(value).__name__} {value!r}: "
             "the state was altered or corrupted. Restore a state returned by get_state()."
         )
     value = int(value)
@@ -258,7 +259,7 @@ def check_state_int(
         lo = "-inf" if minimum is None else minimum
         hi = "inf" if maximum is None else maximum
         raise InvalidStateError(
-            f"{where}: state field {field!r} is {value}, outside [{lo}, {hi}] for this pipeline: "
+            f"{where}: state field {field} is {value}, outside [{lo}, {hi}] for this pipeline: "
             "the state was altered or comes from another pipeline."
         )
     return value
@@ -383,7 +384,13 @@ def check_state_types(template: Any, state: Any, *, where: str = "state") -> Non
     _walk_types(template, state, where)
 
 
+_A = {"int": "an int", "bool": "a bool", "float": "a number", "str": "a str", "dict": "a dict",
+      "list": "a list"}
+
+
 def _walk_types(t: Any, s: Any, path: str) -> None:
+    if isinstance(t, numbers.Integral) and not isinstance(t, bool):
+        t = int(t)
     if t is None or s is None:
         return
     if isinstance(t, bool):
@@ -392,8 +399,8 @@ def _walk_types(t: Any, s: Any, path: str) -> None:
         ok = isinstance(s, numbers.Integral) and not isinstance(s, bool)
         if ok and t >= 0 and s < 0:
             raise InvalidStateError(
-                f"The state has {path}={s}, a negative position where this pipeline's is {t}: the "
-                "state was altered or corrupted. Restore a state returned by get_state()."
+                f"{path} must be >= 0 (a position; this pipeline's is {t}), got {s}: the state was "
+                "altered or corrupted. Restore a state returned by get_state()."
             )
     elif isinstance(t, float):
         ok = isinstance(s, numbers.Real) and not isinstance(s, bool)
@@ -417,8 +424,9 @@ def _walk_types(t: Any, s: Any, path: str) -> None:
     else:
         return
     if not ok:
+        name = type(t).__name__
         raise InvalidStateError(
-            f"The state has {path}={s!r} ({type(s).__name__}) where this pipeline has a "
-            f"{type(t).__name__} ({t!r}): the state was altered or corrupted. Restore a state "
+            f"{path} must be {_A.get(name, 'a ' + name)} like this pipeline's ({t!r}), got "
+            f"{type(s).__name__} {s!r}: the state was altered or corrupted. Restore a state "
             "returned by get_state()."
         )
