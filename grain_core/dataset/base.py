@@ -631,6 +631,11 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
                         f"Putting {type(self).__name__} back where it was failed too ({again!r}); "
                         "create a new iterator before using it."
                     )
+            if isinstance(error, StopIteration):  # never let set_state look like exhaustion
+                raise _state.StateMismatchError(
+                    f"{type(self).__name__}: the state points past the end of the input it replays: "
+                    "it comes from a different pipeline or was altered. The iterator is unchanged."
+                ) from error
             raise
         finally:
             _rollback.armed = False
