@@ -280,7 +280,7 @@ _checked_modules: dict[tuple[str, str], bool] = {}
 def _by_value_ambiguous_modules() -> None:
     """Makes cloudpickle send by value the top-level modules that a worker could not import by name
     as the same file (pytest's several ``conftest`` / rootdir-inserted test modules)."""
-    import importlib.util
+    import importlib.machinery
 
     import cloudpickle
 
@@ -291,7 +291,8 @@ def _by_value_ambiguous_modules() -> None:
         key = (name, path)
         if key not in _checked_modules:
             try:
-                spec = importlib.util.find_spec(name)
+                # Searched on the path, as a worker would (find_spec would answer from sys.modules).
+                spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
                 origin = spec.origin if spec is not None else None
             except (ImportError, ValueError):
                 origin = None
