@@ -280,7 +280,7 @@ _checked_modules: dict[tuple[str, str], bool] = {}
 def _by_value_ambiguous_modules() -> None:
     """Makes cloudpickle send by value the top-level modules that a worker could not import by name
     as the same file (pytest's several ``conftest`` / rootdir-inserted test modules)."""
-    import importlib.util
+    import importlib.machinery
 
     import cloudpickle
 
@@ -291,7 +291,8 @@ def _by_value_ambiguous_modules() -> None:
         key = (name, path)
         if key not in _checked_modules:
             try:
-                spec = importlib.util.find_spec(name)
+                # Searched on the path, as a worker would (find_spec would answer from sys.modules).
+                spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
                 origin = spec.origin if spec is not None else None
             except (ImportError, ValueError):
                 origin = None
@@ -376,6 +377,14 @@ def pickle_exception(e: BaseException) -> bytes | None:
         return None
 
 
+@dataclasses.dataclass
+class _Held:
+    state: Any
+    elements: list[Any]
+    outcome: BaseException | str | None
+    traceback: str
+
+
 class WorkerLoop:
     """Runs worker ``index`` of ``job.worker_count``: builds its share's iterator, then answers
     commands until :class:`Stop` (or the consumer goes away). See the module docstring.
@@ -411,6 +420,7 @@ class WorkerLoop:
         # generation, produced (sent) and consumed counts in it
         self.gen, self.sent, self.consumed, self.producing = -1, 0, 0, False
         self.pending: collections.deque[ToWorker] = collections.deque()
+        self.held: _Held | None = None  # produced while the buffer was full, not sent yet
         try:
             import cloudpickle
 
@@ -473,6 +483,7 @@ class WorkerLoop:
         if cmd.generation == self.gen:
             return True  # a repeated command of the current generation
         self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
+        self.held = None
         if isinstance(cmd, Idle):
             return True
         if self.setup_error is not None:
@@ -511,6 +522,13 @@ class WorkerLoop:
                     if not self._command(self.pending.popleft()):
                         return
                     continue
+                if self.producing and room <= 0 and self.held is None:
+                    # Produce the next element while the consumer catches up; it is sent once
+                    # there is room (the "one being produced" of the buffer bound).
+                    if self._take_commands(0):
+                        continue
+                    self._hold()
+                    continue
                 if not self.producing or room <= 0:
                     self._take_commands(None)
                     continue
@@ -523,18 +541,36 @@ class WorkerLoop:
         finally:
             self._report()
 
-    def _produce(self, room: int) -> None:
+    def _hold(self) -> None:
+        """Produces one element (or the outcome that ends the share) to send later."""
         it = self.it
         assert it is not None
         self.fresh = False
         state = it.get_state()
-        group: list[Any] = []
-        nbytes = 0
         t0 = time.perf_counter()
+        try:
+            self.held = _Held(state, [next(it)], None, "")
+        except StopIteration:
+            self.held = _Held(state, [], "end", "")
+        except Exception as e:
+            self.held = _Held(state, [], e, traceback.format_exc())
+        self.produced_seconds += time.perf_counter() - t0
+
+    def _produce(self, room: int) -> None:
+        it = self.it
+        assert it is not None
+        self.fresh = False
+        held, self.held = self.held, None
         outcome: BaseException | str | None = None
         tb = ""
+        if held is not None:
+            state, group, outcome, tb = held.state, held.elements, held.outcome, held.traceback
+        else:
+            state, group = it.get_state(), []
+        nbytes = 0
+        t0 = time.perf_counter()
         limit = min(room, MAX_MESSAGE_ELEMENTS)
-        while len(group) < limit:
+        while outcome is None and len(group) < limit:
             if group:
                 # Deliver what is finished before starting an element that may be slow, when the
                 # group is old; a waiting command (a restart) ends the group too.
@@ -722,7 +758,6 @@ class RoundRobinConsumer(DatasetIterator):
         if self._error is not None:
             raise self._error
         self._ensure_started()
-        self._send_credits()
         k = self._k
         while True:
             cur = self._cursor
@@ -788,13 +823,6 @@ class RoundRobinConsumer(DatasetIterator):
     def _credit(self, i: int, generation: int, consumed: int) -> None:
         self._send(i, Consumed(generation, consumed))
         self._credited[i] = consumed
-
-    def _send_credits(self) -> None:
-        """Sends the counts an interrupted ``next()`` may have left unsent (idempotent)."""
-        cur = self._cursor
-        for i, w in enumerate(cur.workers):
-            if w.consumed != self._credited[i]:
-                self._credit(i, cur.generation, w.consumed)
 
     def _receive(self, i: int) -> None:
         """Applies worker ``i``'s next message (waiting for it)."""

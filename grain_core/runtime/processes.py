@@ -305,6 +305,7 @@ class ProcessPool:
         self._close_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()  # consumer -> I/O thread: something to send
         os.set_blocking(self._wake_w, False)
+        self._wake_pending = False
         self._ready_r, self._ready_w = os.pipe()  # I/O thread -> consumer: a message arrived
         os.set_blocking(self._ready_r, False)
         os.set_blocking(self._ready_w, False)
@@ -362,6 +363,9 @@ class ProcessPool:
         )
 
     def wake(self) -> None:
+        if self._wake_pending:
+            return  # the I/O thread has not read the last wake-up yet: it will see this too
+        self._wake_pending = True
         try:
             os.write(self._wake_w, b"\0")
         except (BlockingIOError, OSError):
@@ -402,10 +406,12 @@ class ProcessPool:
                 return
             for r in ready:
                 if r == self._wake_r:
+                    self._wake_pending = False  # before reading: a later wake() writes again
                     try:
                         os.read(self._wake_r, 4096)
                     except OSError:
                         pass
+                    self._flush()
                 elif r in by_conn:
                     self._read(by_conn[r])
                 elif r in by_sentinel:
