@@ -20,9 +20,18 @@ def log(msg: str) -> None:
 
 def main(address: str) -> None:
     log(f"connecting to {address}")
-    ray.init(address=address, log_to_driver=False)
+    deadline = time.monotonic() + 240
+    while True:  # the head's GCS may answer before its raylet has registered
+        try:
+            ray.init(address=address, log_to_driver=False)
+            break
+        except ConnectionError as e:
+            ray.shutdown()
+            if time.monotonic() > deadline:
+                raise
+            log(f"not yet: {e}")
+            time.sleep(2)
     try:
-        deadline = time.monotonic() + 240
         while not ray.cluster_resources().get("second_node") and time.monotonic() < deadline:
             time.sleep(0.5)
         log(f"cluster resources {ray.cluster_resources()}")
