@@ -49,7 +49,7 @@ class RayRuntime:
         resources never places it.
 
     As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
-    not yet returned by ``next()``; elements travel in groups (one actor call returns every group
+    not yet returned by ``next()`` (plus the one it produces meanwhile); elements travel in groups (one actor call returns every group
     ready), numpy leaves of large results as zero-copy views of Ray's object store.
     """
 

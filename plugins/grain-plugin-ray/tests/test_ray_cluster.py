@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -48,6 +49,32 @@ def stop(proc: subprocess.Popen) -> None:
         pass
 
 
+def start_node(cmd, env, tmp, name, procs, attempts: int = 3) -> None:
+    """Starts one ``ray start --block`` node and waits until it reports it is running. Ray gives a
+    raylet a fixed 30 s to register, which an overloaded host can miss: the node process then exits
+    and is started again (only that failure; anything else fails the test)."""
+    log_path = os.path.join(tmp, f"{name}.log")
+    for _ in range(attempts):
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                cmd, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+            )
+        procs.append(proc)
+        deadline = time.monotonic() + 300  # a liveness bound, not a timing assertion
+        while time.monotonic() < deadline:
+            with open(log_path) as f:
+                text = f.read()
+            if "Ray runtime started" in text:
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        stop(proc)
+        if "timed out during startup" not in text:
+            break
+    raise AssertionError(f"ray start ({name}) did not come up:\n{text[-3000:]}")
+
+
 @pytest.fixture(scope="module")
 def two_node_cluster():
     # A short temp dir (Ray's socket paths must fit in 107 bytes) of our own, so that the address
@@ -62,27 +89,19 @@ def two_node_cluster():
     env.pop("RAY_ADDRESS", None)
     port = free_port()
     common = ["--block", "--num-cpus", "1", "--temp-dir", tmp, "--disable-usage-stats"]
-    procs = []
+    head = [
+        *ray_cli(), "start", "--head", "--port", str(port), "--include-dashboard=false",
+        "--ray-client-server-port", str(free_port()), "--resources", '{"head_node": 1}', *common,
+    ]
+    second = [
+        *ray_cli(), "start", "--address", f"127.0.0.1:{port}", "--resources",
+        '{"second_node": 1}', *common,
+    ]
+    procs: list[subprocess.Popen] = []
     try:
-        procs.append(
-            subprocess.Popen(
-                [*ray_cli(), "start", "--head", "--port", str(port), "--include-dashboard=false",
-                 "--ray-client-server-port", str(free_port()),
-                 "--dashboard-agent-listen-port", str(free_port()),
-                 "--resources", '{"head_node": 1}', *common],
-                env=env, start_new_session=True,
-                stdout=open(os.path.join(tmp, "head.log"), "w"), stderr=subprocess.STDOUT,
-            )
-        )
-        procs.append(
-            subprocess.Popen(
-                [*ray_cli(), "start", "--address", f"127.0.0.1:{port}",
-                 "--dashboard-agent-listen-port", str(free_port()),
-                 "--resources", '{"second_node": 1}', *common],
-                env=env, start_new_session=True,
-                stdout=open(os.path.join(tmp, "node2.log"), "w"), stderr=subprocess.STDOUT,
-            )
-        )
+        for name, cmd in (("head", head), ("node2", second)):
+            start_node(cmd + ["--dashboard-agent-listen-port", str(free_port())], env, tmp, name,
+                       procs)
         yield f"127.0.0.1:{port}", env, tmp
     finally:
         for p in reversed(procs):  # the second node first, then the head

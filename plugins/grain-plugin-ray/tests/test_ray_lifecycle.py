@@ -142,7 +142,7 @@ def test_no_actor_left(how):
 
 def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
     """However long the consumer waits, a worker holds at most per_worker_buffer_size elements
-    produced and not yet returned."""
+    produced and not yet returned, plus the one it produces while its buffer is full."""
     log = tmp_path / "produced"
 
     def record(x):
@@ -157,7 +157,7 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
                 next(it)
             time.sleep(2)  # room for a worker that ignored the bound to run far ahead
             produced = len(log.read_text().split())
-            assert produced <= consumed + 3, (consumed, produced)
+            assert produced <= consumed + 3 + 1, (consumed, produced)
 
 
 def test_large_numpy_leaves_arrive_through_the_object_store():
