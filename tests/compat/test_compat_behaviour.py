@@ -392,3 +392,32 @@ def test_constants_are_grains():
         "_record",
     }
     assert pg.RECORD_KEY == "_record_key"
+
+
+def test_elastic_iterator_checkpoint_files_restore_on_another_process_count(tmp_path):
+    # MaxText saves one state file per JAX process; restoring on fewer processes reads them all.
+    from grain_core.checkpoint import CheckpointProcessCountError, write_state_file
+    from grain_core.checkpoint.elastic import restore_across_process_counts
+
+    ds = grain.MapDataset.range(64).shuffle(seed=5)
+    before = [grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(p, 4)) for p in range(4)]
+    seen = []
+    for p, it in enumerate(before):
+        for _ in range(3):
+            seen += next(it).tolist()
+        write_state_file(tmp_path, it.get_state(), p, 4)
+    for p in range(2):
+        it = grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(p, 2))
+        restore_across_process_counts(it, tmp_path, p, 2)
+        seen += [x for batch in it for x in batch.tolist()]
+    assert sorted(seen) == list(range(64))
+
+    lagging = tmp_path / "lagging"
+    for p, it in enumerate(before):
+        if p == 0:
+            next(it)
+        write_state_file(lagging, it.get_state(), p, 4)
+    it = grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(0, 2))
+    with pytest.raises(CheckpointProcessCountError, match="different positions"):
+        restore_across_process_counts(it, lagging, 0, 2)
+    assert it.get_state()["global_next_index"] == 0
