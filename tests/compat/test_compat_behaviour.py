@@ -421,3 +421,19 @@ def test_elastic_iterator_checkpoint_files_restore_on_another_process_count(tmp_
     with pytest.raises(CheckpointProcessCountError, match="different positions"):
         restore_across_process_counts(it, lagging, 0, 2)
     assert it.get_state()["global_next_index"] == 0
+
+
+def test_elastic_iterator_through_orbax_with_the_legacy_pygrain_names(tmp_path):
+    import orbax.checkpoint as ocp  # the kernel's [orbax] extra, installed for its tests
+    ds = pg.MapDataset.range(40)
+    it = pg.experimental.ElasticIterator(ds, 4, pg.ShardOptions(0, 1))
+    next(it), next(it)
+    handlers = {"data": pg.PyGrainCheckpointHandler()}
+    with ocp.CheckpointManager(tmp_path, item_handlers=handlers) as mngr:
+        mngr.save(1, args=ocp.args.Composite(data=pg.PyGrainCheckpointSave(it)), force=True)
+        mngr.wait_until_finished()
+    resumed = pg.experimental.ElasticIterator(ds, 8, pg.ShardOptions(0, 2))  # another shard count
+    with ocp.CheckpointManager(tmp_path, item_handlers={"data": pg.PyGrainCheckpointHandler()}) as mngr:
+        mngr.restore(1, args=ocp.args.Composite(data=pg.PyGrainCheckpointRestore(resumed)))
+    assert resumed.get_state()["global_next_index"] == 8
+    assert next(resumed).tolist() == [8, 10, 12, 14]
