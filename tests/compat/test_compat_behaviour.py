@@ -6,6 +6,7 @@ Expected values come from ``data/grain_0_2_18_outputs.json``, recorded from goog
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -437,3 +438,22 @@ def test_elastic_iterator_through_orbax_with_the_legacy_pygrain_names(tmp_path):
         mngr.restore(1, args=ocp.args.Composite(data=pg.PyGrainCheckpointRestore(resumed)))
     assert resumed.get_state()["global_next_index"] == 8
     assert next(resumed).tolist() == [8, 10, 12, 14]
+
+
+def test_compat_stages_pass_the_conformance_kit():
+    # Local functions travel by value to the fresh process of check_state_round_trip_in_fresh_process.
+    def elastic(n=40):
+        ds = grain.MapDataset.range(n).shuffle(seed=1)
+        return grain.experimental.ElasticIterator(ds, 4, grain.ShardOptions(1, 2))
+
+    def cache(n=9):
+        return grain.experimental.CacheIterDataset(grain.MapDataset.range(n).to_iter_dataset())
+
+    def multithread(n=11):
+        ds = grain.MapDataset.range(n).map(lambda x: x * 2).to_iter_dataset()
+        return grain.experimental.multithread_prefetch(ds, 3, 2)
+
+    from grain_core import testing
+
+    for make, other in ((elastic, 80), (cache, 30), (multithread, 30)):
+        testing.check_stage(make, foreign=functools.partial(make, other))
