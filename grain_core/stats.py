@@ -460,7 +460,10 @@ def _mp_with_stats(ds: Any) -> Any:
 
     def __iter__(self):
         return MultiprocessPrefetchDatasetIterator(
-            self._parents[0], self.multiprocessing_options, self.worker_init_fn, collect_stats=True
+            self._parents[0],
+            self.multiprocessing_options,
+            self.worker_init_fn,
+            collect_stats=worker_iterator,
         )
 
     new = copy.copy(ds)

@@ -31,6 +31,8 @@ def _plugins(args: argparse.Namespace) -> int:
     for p in plugins:
         head = f"{p.name}: {p.distribution or '(registered in-process)'} {p.version}".rstrip()
         print(f"{head} [{p.status}]")
+        if p.reason:
+            print(f"  why: {p.reason}")
         if p.entry_point:
             print(f"  entry point: {p.entry_point}")
         if p.provides:

@@ -351,7 +351,7 @@ class _LazyChunk:
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
-    from grain_core.dataset import iterator_tree
+    from grain_core.dataset.trees import iterator_tree
 
     found = [n for n in iterator_tree(ds_iter) if isinstance(n, PrefetchDatasetIterator)]
     if len(found) != 1:
