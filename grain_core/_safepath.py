@@ -6,7 +6,8 @@ Python puts the working directory on ``sys.path`` for ``python -c``, ``python -m
 job was started there, so grain_core follows the process it runs in:
 
 * :data:`STARTUP_PATH` is ``sys.path`` when grain_core was first imported (``grain_core/__init__``
-  imports this module first);
+  imports this module first), without the ``''`` that ``multiprocessing``'s ``python -c`` helpers
+  start with; a helper that applies its parent's path declares it with :func:`adopt_parent_path`;
 * plugin discovery scans :func:`discovery_path`: ``sys.path`` without entries that name the working
   directory, unless the working directory was already on :data:`STARTUP_PATH` (e.g. ``grain-core
   inspect module:name`` adds it to import the target; discovery still does not look there);
@@ -21,10 +22,35 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["STARTUP_PATH", "child_environment", "cwd_allowed", "discovery_path", "names_cwd"]
+__all__ = [
+    "STARTUP_PATH",
+    "adopt_parent_path",
+    "child_environment",
+    "cwd_allowed",
+    "discovery_path",
+    "names_cwd",
+]
 
-STARTUP_PATH: tuple[str, ...] = tuple(sys.path)
+def _started_by_multiprocessing() -> bool:
+    """Whether this interpreter is a ``multiprocessing`` helper (forkserver or spawn child), whose
+    ``python -c`` put the working directory on ``sys.path`` — not the parent's choice."""
+    return sys.argv[:1] == ["-c"] and any(
+        m in sys.modules for m in ("multiprocessing.forkserver", "multiprocessing.spawn")
+    )
+
+
+STARTUP_PATH: tuple[str, ...] = tuple(
+    p for p in sys.path if not (p == "" and _started_by_multiprocessing())
+)
 _STARTUP_CWD = os.getcwd()
+
+
+def adopt_parent_path(paths: list[str] | tuple[str, ...]) -> None:
+    """Makes ``paths`` (the parent process's ``sys.path``) this process's startup path: a helper
+    process that applies its parent's path calls this, so the working directory counts as allowed
+    exactly when the parent had it."""
+    global STARTUP_PATH
+    STARTUP_PATH = tuple(paths)
 
 
 def _resolve(entry: str, cwd: str) -> str:
