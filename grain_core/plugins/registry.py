@@ -52,24 +52,42 @@ ENV_ALLOW = "GRAIN_CORE_PLUGINS"
 ENV_BLOCK = "GRAIN_CORE_BLOCK_PLUGINS"
 ENV_STRICT = "GRAIN_CORE_STRICT_PLUGINS"
 
-# The one table of which of grain_core's own plugins provides which name (install hints when one is
-# not installed; docs/plugins.md and README.md are checked against it by tests/test_providers.py).
-KNOWN_PROVIDERS: dict[str, str] = {
-    "RangeDataSource": "grain-plugin-range",
-    "range": "grain-plugin-range",
-    "ArrayRecordDataSource": "grain-plugin-arrayrecord",
-    "FileInstruction": "grain-plugin-arrayrecord",
-    "ParquetIterDataset": "grain-plugin-parquet",
-    "ParquetDataSource": "grain-plugin-parquet",
-    "TfdsDataSource": "grain-plugin-tfds",
-    "FirstFitPackIterDataset": "grain-plugin-packing",
-    "BestFitPackIterDataset": "grain-plugin-packing",
-    "BOSHandling": "grain-plugin-packing",
-    "ConcatThenSplitIterDataset": "grain-plugin-packing",
-    "InterleaveIterDataset": "grain-plugin-interleave",
-    "WindowShuffleMapDataset": "grain-plugin-window-shuffle",
-    "WindowShuffleIterDataset": "grain-plugin-window-shuffle",
+# The one table of which of grain_core's own plugins provides which name, each as ``<where>.<Name>``
+# (``sources``, ``experimental``, ``MapDataset``/``IterDataset`` for factories, ``runtimes``). The
+# install hints below, the tables in docs/plugins.md and README.md, and the built-in plugins'
+# actual registrations are checked against it (tests/test_providers.py).
+PROVIDERS: dict[str, tuple[str, ...]] = {
+    "grain-plugin-range": ("sources.RangeDataSource", "MapDataset.range"),
+    "grain-plugin-arrayrecord": ("sources.ArrayRecordDataSource", "sources.FileInstruction"),
+    "grain-plugin-parquet": (
+        "sources.ParquetDataSource",
+        "sources.ParquetIterDataset",
+        "experimental.ParquetIterDataset",
+    ),
+    "grain-plugin-tfds": ("sources.TfdsDataSource",),
+    "grain-plugin-packing": (
+        "experimental.FirstFitPackIterDataset",
+        "experimental.BestFitPackIterDataset",
+        "experimental.ConcatThenSplitIterDataset",
+        "experimental.BOSHandling",
+    ),
+    "grain-plugin-interleave": ("experimental.InterleaveIterDataset",),
+    "grain-plugin-window-shuffle": (
+        "experimental.WindowShuffleMapDataset",
+        "experimental.WindowShuffleIterDataset",
+    ),
 }
+
+# Name -> distribution, for install hints (derived from PROVIDERS).
+KNOWN_PROVIDERS: dict[str, str] = {
+    qualified.rpartition(".")[2]: dist for dist, names in PROVIDERS.items() for qualified in names
+}
+
+
+def registry_key(qualified: str) -> tuple[str, str]:
+    """The :class:`Discovery` key of a ``<where>.<Name>`` of :data:`PROVIDERS`."""
+    where, _, name = qualified.rpartition(".")
+    return (f"factories:{where}" if where in ("MapDataset", "IterDataset") else where, name)
 
 
 class PluginError(RuntimeError):
