@@ -23,6 +23,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = [
     "lint",
+    "typecheck",
     "tests",
     *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS),
     "example-plugin",
@@ -91,6 +92,13 @@ def lint(session: nox.Session) -> None:
     """Ruff over the whole tree."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy (pinned) over the kernel, grain_core/; settings in mypy.ini."""
+    session.install("-e", str(ROOT), "mypy==2.4.1")
+    session.run("mypy", *session.posargs)
 
 
 @nox.session

@@ -10,7 +10,7 @@ used.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from grain_core.dataset.base import IterDataset, MapDataset, installed
@@ -43,7 +43,10 @@ installed.install(
     load_iterator_state=_load_iterator_state,
 )
 
+def _own_names(cls: type) -> Callable[[], set[str]]:
+    """The names ``cls`` and its metaclass define themselves (a plugin factory cannot take them)."""
+    return lambda: {*vars(cls), *vars(type(cls))}
+
+
 for _cls in (MapDataset, IterDataset):
-    registry.reserve_factory_names(
-        _cls.__name__, lambda cls=_cls: {*vars(cls), *vars(type(cls))}
-    )
+    registry.reserve_factory_names(_cls.__name__, _own_names(_cls))

@@ -59,6 +59,7 @@ def state_file_name(process_index: int, process_count: int) -> str:
 
 def encode_state(state: Any, process_index: int = 0, process_count: int = 1) -> dict[str, Any]:
     """Wraps ``get_state()`` output in the versioned envelope; raises ``TypeError`` for non-JSON."""
+    payload: Any
     if isinstance(state, (bytes, bytearray, memoryview)):
         try:
             text = bytes(state).decode("utf-8")

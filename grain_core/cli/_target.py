@@ -83,7 +83,7 @@ def element_spec(element: Any) -> list[dict[str, Any]]:
     """``[{path, type, shape, dtype}]`` for every leaf of ``element``."""
     from grain_core.tree import flatten_with_paths
 
-    out = []
+    out: list[dict[str, Any]] = []
     for path, leaf in flatten_with_paths(element):
         if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             out.append({"path": path, "type": type(leaf).__name__, "shape": list(leaf.shape),

@@ -56,7 +56,7 @@ def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bo
             close()
     if progress:
         sys.stderr.write("\n")
-    out = {
+    out: dict[str, Any] = {
         "elements": elements,
         "seconds": elapsed,
         "elements_per_s": elements / elapsed if elapsed > 0 else None,
