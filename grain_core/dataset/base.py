@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from grain_core import seeds as _seeds
+from grain_core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     import numpy as np
@@ -127,6 +128,18 @@ class _DatasetBase:
         return installed.describe(self)
 
 
+def _plugin_factory(cls: type, name: str) -> Any:
+    """``cls.name`` registered by a plugin (``MapDataset.range``); a miss suggests the closest name."""
+    from grain_core.plugins import registry
+
+    try:
+        return registry.dataset_factory(cls.__name__, name)
+    except registry.PluginNameError as e:
+        if registry.KNOWN_PROVIDERS.get(name) is not None:
+            raise
+        raise registry.PluginNameError(f"{e}{did_you_mean(name, [*dir(cls), *dir(type(cls))])}") from None
+
+
 class MapDatasetMeta(abc.ABCMeta):
     """Metaclass holding ``MapDataset``'s factories; plugin factories resolve here by name."""
 
@@ -151,9 +164,7 @@ class MapDatasetMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -299,9 +310,7 @@ class IterDatasetMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry

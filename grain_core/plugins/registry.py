@@ -30,7 +30,6 @@ registered explicitly by module name, so they see the same plugins.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import os
 import re
@@ -43,6 +42,7 @@ import pluggy
 
 from grain_core import _safepath
 from grain_core.plugins import hookspecs
+from grain_core.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = "grain_core"
 NAMESPACES = ("sources", "experimental", "factories")
@@ -113,11 +113,6 @@ def _names(value: str | None) -> set[str]:
 def normalize(name: str) -> str:
     """A distribution name in its PEP 503 normal form (``Grain_Plugin.X`` → ``grain-plugin-x``)."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    found = difflib.get_close_matches(name, sorted(set(candidates) - {name}), n=1, cutoff=0.75)
-    return f" Did you mean {found[0]!r}?" if found else ""
 
 
 def _entry_points() -> Iterator[Any]:
@@ -246,7 +241,7 @@ class Discovery:
             for name in sorted(n for n in listed if normalize(n) not in known_keys):
                 warnings.warn(
                     f"{variable} names {name!r}, which is no installed plugin or distribution."
-                    f"{_did_you_mean(name, known)} Installed: {', '.join(sorted(known)) or 'none'}.",
+                    f"{did_you_mean(name, known)} Installed: {', '.join(sorted(known)) or 'none'}.",
                     RuntimeWarning,
                     stacklevel=5,
                 )
@@ -402,7 +397,10 @@ class Discovery:
                 f"no {ENTRY_POINT_GROUP!r} entry point; reinstall it: pip install --force-reinstall "
                 f"{provider}"
             )
-        return f"{where}.{name} is provided by the plugin {provider}; install it: pip install {provider}"
+        return (
+            f"{where}.{name} is provided by the plugin {provider}; install it: pip install "
+            f"{provider} (from a grain_core checkout: pip install -e plugins/{provider})"
+        )
 
     def names(self, namespace: str) -> list[str]:
         return sorted({n for (space, n) in self.provided if space == namespace})
@@ -531,7 +529,7 @@ def validate_plugin(pm: pluggy.PluginManager, plugin: Any, info: PluginInfo) -> 
     )
     if unknown:
         pm.unregister(plugin, registered_as)
-        hints = "".join(_did_you_mean(u, hooks) for u in unknown)
+        hints = "".join(did_you_mean(u, hooks) for u in unknown)
         raise PluginError(
             f"grain_core plugin {info.label} implements {', '.join(map(repr, unknown))}, which is "
             f"no grain_core hook.{hints} grain_core's hooks: {_hook_list()}."
