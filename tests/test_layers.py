@@ -30,7 +30,13 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "entry points",
-        ("grain_core.__main__", "grain_core.cli", "grain_core.cli.*", "grain_core.runtime._preload"),
+        (
+            "grain_core.__main__",
+            "grain_core.cli",
+            "grain_core.cli.*",
+            "grain_core.runtime._preload",
+            "grain_core.compat.__main__",
+        ),
     ),
     (
         "public surface",
@@ -48,6 +54,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.testing.*",
             "grain_core.stats",
             "grain_core.visualize",
+            "grain_core.compat",
+            "grain_core.compat.*",
             "grain_core._wiring",
         ),
     ),
