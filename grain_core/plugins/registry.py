@@ -382,6 +382,12 @@ class Discovery:
         seen = [p for p in self.plugins.values() if normalize(p.distribution) == normalize(provider)]
         if seen:
             p = seen[0]
+            if p.status == "loaded" and any(q.rpartition(".")[2] == name for q in p.provides):
+                elsewhere = [q for q in PROVIDERS.get(provider, ()) if q.rpartition(".")[2] == name]
+                return (
+                    f"{where} has no attribute {name!r}; {provider} provides it as "
+                    f"{' and '.join('grain_core.' + q for q in elsewhere) or name}."
+                )
             if p.status == "loaded":
                 return (
                     f"{where}.{name} comes from {provider}, which is installed ({p.version}) and "
