@@ -244,7 +244,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         except Exception:
             # Re-read one by one so the elements before the failing one are still delivered and
             # the error surfaces at the element that caused it.
-            items = _LazyChunk(self._ds, start, stop)
+            items = _LazyChunk(self._ds, start, stop)  # type: ignore[assignment]  # a Sequence
             seconds = pool_seconds = _MAX_CHUNK_SECONDS * 2
         self._adapt(seconds, pool_seconds)
         if fut is None and self._cold:
@@ -351,7 +351,7 @@ class _LazyChunk:
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
-    from grain_core.dataset import iterator_tree
+    from grain_core.dataset.trees import iterator_tree
 
     found = [n for n in iterator_tree(ds_iter) if isinstance(n, PrefetchDatasetIterator)]
     if len(found) != 1:
