@@ -206,7 +206,7 @@ def test_in_process_alias_and_its_limits(tmp_path):
         import grain_core, grain_core.compat as c
         c.install_grain_alias(); c.install_grain_alias()  # idempotent
         import grain, grain.python as legacy, grain.python.experimental as pe
-        from grain.experimental import ElasticIterator, TFRecordIterDataset
+        from grain.experimental import ElasticIterator, get_element_spec
         import grain.checkpoint, grain.multiprocessing, grain.constants
         print(grain is grain_core, legacy is grain_core.python, pe.ElasticIterator is ElasticIterator)
         print(grain.constants.RECORD_KEY, grain.config is grain_core.config)
