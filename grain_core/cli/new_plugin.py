@@ -16,7 +16,7 @@ name = "grain-plugin-{name}"
 version = "0.1.0"
 description = "grain_core plugin: {camel}DataSource and {camel}OffsetMapDataset."
 requires-python = ">=3.11"
-dependencies = ["grain-core>=0.1", "numpy>=1.26"]
+dependencies = ["grain-core-kernel>=0.1", "numpy>=1.26"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]

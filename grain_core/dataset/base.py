@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from grain_core import seeds as _seeds
 from grain_core import state as _state
 from grain_core.state import StateField
+from grain_core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     import numpy as np
@@ -122,6 +123,18 @@ class _DatasetBase:
         return describe(self)
 
 
+def _plugin_factory(cls: type, name: str) -> Any:
+    """``cls.name`` registered by a plugin (``MapDataset.range``); a miss suggests the closest name."""
+    from grain_core.plugins import registry
+
+    try:
+        return registry.dataset_factory(cls.__name__, name)
+    except registry.PluginNameError as e:
+        if registry.KNOWN_PROVIDERS.get(name) is not None:
+            raise
+        raise registry.PluginNameError(f"{e}{did_you_mean(name, [*dir(cls), *dir(type(cls))])}") from None
+
+
 class MapDatasetMeta(abc.ABCMeta):
     """Metaclass holding ``MapDataset``'s factories; plugin factories resolve here by name."""
 
@@ -154,9 +167,7 @@ class MapDatasetMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -313,12 +324,15 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
         return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
-        (``len == sys.maxsize``)."""
+        (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
+        epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
         from grain_core.dataset.map_ops import RepeatMapDataset
 
-        return RepeatMapDataset(self, num_epochs)
+        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
@@ -351,9 +365,7 @@ class IterDatasetMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -423,14 +435,23 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         self,
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
     ) -> IterDataset[T]:
         """Returns this dataset produced by ``options.num_workers`` worker processes.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
-        at the number of CPUs.
+        at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
+        refused with ``ValueError``: workers read strided slices (``i::num_workers``).
         """
         from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
+
+        if sequential_slice:
+            raise ValueError(
+                "mp_prefetch(sequential_slice=True) is not supported: grain_core workers read "
+                "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
+                "docs/migration.md)."
+            )
 
         return MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
 
