@@ -17,7 +17,14 @@ import pytest
 import grain_core as grain
 from grain_core import state as st
 from grain_core import testing
-from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.dataset.stages import (
+    ManyParentIterator,
+    ManyParentIterDataset,
+    OneParentIterator,
+    OneParentIterDataset,
+    SourceIterator,
+    SourceIterDataset,
+)
 from grain_core.state import InvalidStateError, StateField, StateMismatchError
 
 
@@ -194,3 +201,115 @@ def test_check_state_int():
         assert isinstance(e.value, TypeError) and isinstance(e.value, StateMismatchError)
     with pytest.raises(InvalidStateError, match=r"skip is 1000000000000, outside \[0, 256\]"):
         st.check_state_int(10**12, "skip", maximum=256)
+
+
+# --- the other base classes of the stage-author API ----------------------------------------------
+
+
+class _Alternate(ManyParentIterDataset):
+    """Elements of its parents in turn, until one ends."""
+
+    def __iter__(self):
+        return _AlternateIterator([iter(p) for p in self.parents])
+
+
+class _AlternateIterator(ManyParentIterator):
+    kind = "Alternate"
+
+    def __init__(self, parents):
+        super().__init__(parents)
+        self.turn = 0
+
+    def __next__(self):
+        x = next(self.parents[self.turn])
+        self.turn = (self.turn + 1) % len(self.parents)
+        return x
+
+    def position_fields(self):
+        return {"turn": StateField.position(0, len(self.parents) - 1)}
+
+    def position_state(self):
+        return {"turn": self.turn}
+
+    def restore_position(self, state):
+        self.turn = state["turn"]
+
+
+def _alternate(n=3):
+    return _Alternate([grain.MapDataset.range(10 * i, 10 * i + 6).to_iter_dataset() for i in range(n)])
+
+
+def test_many_parent_stage():
+    assert list(iter(_alternate(2))) == [0, 10, 1, 11, 2, 12, 3, 13, 4, 14, 5, 15]
+    it = _advanced(_alternate(), 4)
+    before = it.get_state()
+    with pytest.raises(StateMismatchError, match="turn is 3"):
+        it.set_state({**before, "turn": 3})
+    with pytest.raises(StateMismatchError, match="parents 2 vs 3"):
+        it.set_state({**before, "parents": before["parents"][:2]})
+    assert it.get_state() == before
+    testing.check_stage(_alternate, foreign=lambda: _alternate(2))
+
+
+class _Countdown(SourceIterDataset):
+    def __init__(self, start):
+        super().__init__()
+        self.start = start
+
+    def __iter__(self):
+        return _CountdownIterator(self.start)
+
+
+class _CountdownIterator(SourceIterator):
+    kind = "Countdown"
+
+    def __init__(self, start):
+        super().__init__()
+        self.start, self.left = start, start
+
+    def __next__(self):
+        if not self.left:
+            raise StopIteration
+        self.left -= 1
+        return self.left
+
+    def get_state(self):
+        return st.make_state(self.kind, start=self.start, left=self.left)
+
+    def state_fields(self):
+        return {"start": StateField.identity(), "left": StateField.position(0, self.start)}
+
+    def restore_state(self, state):
+        self.left = state["left"]
+
+
+def test_source_stage():
+    assert list(iter(_Countdown(3))) == [2, 1, 0]
+    testing.check_stage(lambda: _Countdown(12), foreign=lambda: _Countdown(13))
+
+
+class _GrainStyle(grain.DatasetIterator):
+    def __init__(self):
+        super().__init__()
+        self.i = 0
+
+    def __next__(self):
+        self.i += 1
+        return self.i
+
+    def get_state(self):
+        return {"i": self.i}
+
+    def set_state(self, state):
+        super().set_state(state)  # as Grain's examples may do: the base has nothing to restore
+        self.i = state["i"]
+
+
+def test_grain_style_iterators_may_call_the_base_set_state():
+    it = _GrainStyle()
+    next(it)
+    it.set_state({"i": 5})
+    assert next(it) == 6
+    with pytest.raises(InvalidStateError, match=r"state\.i must be an int"):
+        it.set_state({"i": "5"})
+    assert next(it) == 7

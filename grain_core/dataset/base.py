@@ -509,6 +509,11 @@ class DatasetIterator(Iterator[T], abc.ABC):
         exactly what it would have. Stages implement :meth:`check_state` / :meth:`restore_state`;
         a subclass that overrides ``set_state`` itself (Grain style) gets (1) and the rollback too.
         """
+        if (
+            type(self).restore_state is DatasetIterator.restore_state
+            and type(self).set_state is not DatasetIterator.set_state
+        ):
+            return  # a Grain-style set_state calling super(): the base has nothing to restore
         self.check_state(state)
         self.restore_state(state)
 
