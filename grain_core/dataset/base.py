@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import json
 import operator
 import sys
 import threading
@@ -55,7 +56,7 @@ class _Installed:
 
 installed = _Installed()
 
-__all__ = ["MapDataset", "IterDataset", "DatasetIterator"]
+__all__ = ["MapDataset", "IterDataset", "DatasetIterator", "stage_descriptions"]
 
 _DEFAULT_BASE_SEED = 0
 
@@ -479,6 +480,11 @@ class DatasetIterator(Iterator[T], abc.ABC):
         exactly what it would have. Stages implement :meth:`check_state` / :meth:`restore_state`;
         a subclass that overrides ``set_state`` itself (Grain style) gets (1) and the rollback too.
         """
+        if (
+            type(self).restore_state is DatasetIterator.restore_state
+            and type(self).set_state is not DatasetIterator.set_state
+        ):
+            return  # a Grain-style set_state calling super(): the base has nothing to restore
         self.check_state(state)
         self.restore_state(state)
 
@@ -633,6 +639,43 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
 
 
 DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign]
+
+
+def _describe_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 120:  # a long source description: a readable head and a digest of the rest
+        text = f"{text[:100]}...{_state.fingerprint(text)}"
+    return text
+
+
+def stage_descriptions(ds: MapDataset) -> list[str]:
+    """One JSON string per stage of ``ds``'s ``MapDataset`` chain, ``ds`` first, depth first:
+    ``{"stage": class name, "length": len (-1: infinite), **fingerprint_fields()}``.
+
+    A ``to_iter_dataset`` state records these next to its fingerprint, so that a refused state says
+    which field of which stage differs (:func:`grain_core.state.explain_stage_difference`).
+    Strings, so that :func:`grain_core.state.check_same_pipeline` never compares them itself.
+    """
+    out: list[str] = []
+
+    def visit(d: MapDataset) -> None:
+        n = len(d)
+        entry: dict[str, Any] = {"stage": type(d).__name__, "length": -1 if n >= sys.maxsize else n}
+        if type(d)._fingerprint_fields is MapDataset._fingerprint_fields:
+            fields = d.fingerprint_fields()
+        else:  # a kernel stage with unnamed fields
+            fields = {"fields": d._fingerprint_fields()} if d._fingerprint_fields() else {}
+        for key, value in fields.items():
+            entry[str(key)] = _describe_value(value)
+        out.append(json.dumps(entry, separators=(",", ":")))
+        for p in d.parents:
+            if isinstance(p, MapDataset):
+                visit(p)
+
+    visit(ds)
+    return out
 
 
 def infinite_length() -> int:
