@@ -238,7 +238,7 @@ def _smoke(session: nox.Session, python: str, cwd: Path, from_wheels: bool) -> N
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy (pinned) over the kernel, grain_core/; settings in mypy.ini."""
-    session.install("-e", str(ROOT), "mypy==2.4.1")
+    _install(session, "-e", str(ROOT), "mypy==2.4.1")
     session.run("mypy", *session.posargs)
 
 
