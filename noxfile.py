@@ -1,4 +1,4 @@
-"""Sessions: ``lint``, ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``,
+"""Sessions: ``lint``, ``typecheck`` (mypy), ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``,
 ``example-plugin``, ``integration`` (everything installed together), ``docs`` (site build and every
 Python block of README.md and docs/), ``install`` (the README's checkout install command in a fresh
 venv), ``build`` (sdists and wheels of every distribution, ``twine check``, a fresh venv from the
