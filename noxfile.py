@@ -1,8 +1,8 @@
-"""Sessions: ``lint``, ``typecheck`` (mypy), ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``,
-``example-plugin``, ``integration`` (everything installed together), ``docs`` (site build and every
-Python block of README.md and docs/), ``install`` (the README's checkout install command in a fresh
-venv), ``build`` (sdists and wheels of every distribution, ``twine check``, a fresh venv from the
-wheels); on demand: ``demo``, ``bench``.
+"""Sessions: ``lint``, ``typecheck`` (mypy), ``tests`` (kernel), one ``plugin-<name>`` per folder
+under ``plugins/``, ``example-plugin``, ``integration`` (everything installed together), ``docs``
+(site build and every Python block of README.md and docs/), ``install`` (the README's checkout
+install command in a fresh venv), ``build`` (sdists and wheels of every distribution, ``twine
+check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``.
 
 Each plugin session installs the kernel and only that plugin with its own declared extras, so a
 plugin that forgot to declare a dependency fails its session.
