@@ -3,7 +3,9 @@
 ``import grain_core as grain`` gives Grain's public API: ``grain.MapDataset``, ``grain.IterDataset``,
 ``grain.DatasetIterator``, ``grain.ReadOptions``, ``grain.MultiprocessingOptions``,
 ``grain.transforms``, ``grain.sources``, ``grain.experimental``, ``grain.checkpoint``, the DataLoader
-API, and every name an installed ``grain-plugin-*`` registers.
+API, Grain's ``config``, ``constants``, ``multiprocessing`` and ``monitoring`` modules, the legacy
+``grain.python`` namespace, and every name an installed ``grain-plugin-*`` registers.
+``grain_core.compat`` makes unmodified ``import grain`` code run on grain_core (opt-in).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ _KERNEL = {
     "seeds": "@grain_core.seeds",
     "state": "@grain_core.state",
     "python": "@grain_core.python",
+    "constants": "@grain_core.constants",
+    "monitoring": "@grain_core.monitoring",
+    "multiprocessing": "@grain_core.multiprocessing",
+    "config": "grain_core.global_config:config",
+    "compat": "@grain_core.compat",
     "ShardOptions": "grain_core.sharding",
     "NoSharding": "grain_core.sharding",
     "ShardByJaxProcess": "grain_core.sharding",

@@ -39,6 +39,13 @@ def elastic_process_state(
         f"The iterator checkpoint in {where} was written by {n} JAX process(es), but this job runs "
         f"{process_count}"
     )
+    hook = getattr(iterator, "state_for_process_count", None)
+    if hook is not None:
+        # Iterators whose state does not depend on the process (ElasticIterator) answer themselves.
+        try:
+            return hook(states, process_index, process_count)
+        except ValueError as e:
+            raise CheckpointProcessCountError(f"{what}: {e}") from e
     try:
         if any(not isinstance(s, Mapping) for s in states):
             raise _elastic.NotElasticError(

@@ -270,5 +270,5 @@ def test_wide_pipelines_fit_100_columns(tmp_path):
     ))
     for cmd in ("inspect", "stats"):
         out = run(cmd, f"{path}:make_dataset", "--steps", "5").stdout
-        assert "a_transformation_function_with_a_very_long" in out
+        assert "MapMapDataset(a_transformation" in out  # long names are folded, not cut
         _fits(out)
