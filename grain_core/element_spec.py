@@ -109,7 +109,7 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
             )
         return spec
     if isinstance(ds, _MAPS):
-        transform = ds._transform
+        transform = ds._transform  # type: ignore[union-attr]
         output_spec = getattr(transform, "output_spec", None)
         if output_spec is None:
             name = getattr(transform, "__qualname__", type(transform).__name__)
@@ -121,11 +121,11 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
             )
         return output_spec(get_element_spec(ds.parents[0]))
     if isinstance(ds, _BATCHES):
-        if ds._batch_fn is not None:
+        if ds._batch_fn is not None:  # type: ignore[union-attr]
             raise NotImplementedError(
                 "Element spec inference is not supported with custom batching functions."
             )
-        size = ds._bs if ds._drop else None
+        size = ds._bs if ds._drop else None  # type: ignore[union-attr]
         return tree.map_structure(
             lambda leaf: ShapeDtypeStruct(shape=(size, *leaf.shape), dtype=leaf.dtype),
             get_element_spec(ds.parents[0]),

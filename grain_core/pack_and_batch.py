@@ -58,7 +58,7 @@ class _Batch:
         )
         self.free = [np.zeros(batch_size, dtype=np.int64) for _ in self.lengths]
         self.count = [0] * batch_size
-        self.metadata = None
+        self.metadata: Any = None
 
     def try_add(self, record: Record) -> bool:
         values = _leaves(record.data)

@@ -11,6 +11,7 @@ element. Thread-safe; pickles as its seed.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ __all__ = ["RngPool"]
 
 
 def _position(rng: np.random.Generator, op_seed: int, index: int) -> None:
-    state = rng.bit_generator.state
+    state: Any = rng.bit_generator.state
     state["state"]["counter"] = np.array([0, 0, op_seed, index], dtype=np.uint64)
     state["buffer"] = np.zeros(4, dtype=np.uint64)
     state["buffer_pos"] = 4

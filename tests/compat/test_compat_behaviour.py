@@ -398,7 +398,7 @@ def test_constants_are_grains():
 def test_elastic_iterator_checkpoint_files_restore_on_another_process_count(tmp_path):
     # MaxText saves one state file per JAX process; restoring on fewer processes reads them all.
     from grain_core.checkpoint import CheckpointProcessCountError, write_state_file
-    from grain_core.checkpoint.elastic import restore_across_process_counts
+    from grain_core.checkpoint.files import restore_across_process_counts
 
     ds = grain.MapDataset.range(64).shuffle(seed=5)
     before = [grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(p, 4)) for p in range(4)]
