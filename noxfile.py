@@ -36,6 +36,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = [
     "lint",
+    "typecheck",
     "tests",
     *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS),
     "example-plugin",
@@ -232,6 +233,13 @@ def _smoke(session: nox.Session, python: str, cwd: Path, from_wheels: bool) -> N
     )
     with session.chdir(cwd):  # not the checkout: imports come from the venv
         session.run(python, str(script), env={"JAX_PLATFORMS": "cpu"}, external=True)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy (pinned) over the kernel, grain_core/; settings in mypy.ini."""
+    session.install("-e", str(ROOT), "mypy==2.4.1")
+    session.run("mypy", *session.posargs)
 
 
 @nox.session
