@@ -528,7 +528,7 @@ class WorkerLoop:
             return True  # a repeated command of the current generation
         self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
         self.held = None
-        if isinstance(cmd, Idle):
+        if not isinstance(cmd, Start):  # Idle (a Consumed never reaches here)
             return True
         if self.setup_error is not None:
             self._fail(self.setup_error, self.setup_tb)
