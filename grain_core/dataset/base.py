@@ -410,13 +410,16 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
         sequential_slice: bool = False,
+        runtime: Any = None,
     ) -> IterDataset[T]:
-        """Returns this dataset produced by ``options.num_workers`` worker processes.
+        """Returns this dataset produced by ``options.num_workers`` workers.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
         at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
-        refused with ``ValueError``: workers read strided slices (``i::num_workers``).
+        refused with ``ValueError``: workers read strided slices (``i::num_workers``). ``runtime``
+        picks where workers run: a runtime object or a registered runtime name (default
+        ``"processes"``: local processes; see ``docs/runtime.md``).
         """
         if sequential_slice:
             raise ValueError(
@@ -424,7 +427,9 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
                 "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
                 "docs/migration.md)."
             )
-        return installed.MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
+        return installed.MultiprocessPrefetchIterDataset(
+            self, options, worker_init_fn=worker_init_fn, runtime=runtime
+        )
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated alias of :meth:`mp_prefetch`."""

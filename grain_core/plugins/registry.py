@@ -286,6 +286,7 @@ class Discovery:
             "register_sources": ("sources",),
             "register_transforms": ("experimental",),
             "register_dataset_factories": ("factories",),
+            "register_runtimes": ("runtimes",),
         }
         for hook_name in hook_impls:
             hook = getattr(self.pm.hook, hook_name)
@@ -331,6 +332,14 @@ class Discovery:
         elif hook_name == "register_transforms":
             unknown = set(options)
             spaces = ["experimental"]
+            on = ""
+        elif hook_name == "register_runtimes":
+            if name == "processes":
+                raise PluginError(
+                    f"plugin {info.name!r} cannot register the runtime 'processes': the kernel's."
+                )
+            unknown = set(options)
+            spaces = ["runtimes"]
             on = ""
         else:
             unknown = set(options) - {"on"}
