@@ -985,13 +985,12 @@ class RoundRobinConsumer(DatasetIterator):
             raise _state.StateMismatchError(
                 f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
             )
-        for w in workers:
-            if (
-                not isinstance(w, dict)
-                or not _state_int(w.get("skip"))
-                or not 0 <= w["skip"] <= MAX_SKIP
-                or not isinstance(w.get("exhausted", False), bool)
-            ):
+        for i, w in enumerate(workers):
+            if isinstance(w, dict):
+                _state.check_state_int(
+                    w.get("skip"), f"workers[{i}].skip", maximum=MAX_SKIP, where=STATE_KIND
+                )
+            if not isinstance(w, dict) or not isinstance(w.get("exhausted", False), bool):
                 raise _state.StateMismatchError(
                     f"Malformed worker entry in the state: {w!r} (skip must be an int in "
                     f"[0, {MAX_SKIP}], exhausted a bool): it was not written by get_state()."
