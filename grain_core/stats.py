@@ -332,7 +332,7 @@ def _buffer_probe(it: Any) -> Any:
 
                 return fill
             if buf.maxlen:
-                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen
+                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen  # type: ignore[arg-type]
         if isinstance(buf, queue.Queue) and buf.maxsize:
             return lambda buf=buf: buf.qsize() / buf.maxsize
     return None
@@ -365,7 +365,7 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
 
     else:
 
-        def __next__(self, _orig=orig, _rec=rec, _probe=probe):
+        def __next__(self, _orig=orig, _rec=rec, _probe=probe):  # type: ignore[misc]
             try:
                 _rec.fill_sum += _probe()
                 _rec.fill_n += 1

@@ -22,7 +22,7 @@ from grain_core.checkpoint.errors import (
 from grain_core.runtime import elastic as _elastic
 from grain_core.state import StateMismatchError
 
-__all__ = ["elastic_process_state", "restore_across_process_counts"]
+__all__ = ["elastic_process_state"]
 
 
 def elastic_process_state(
@@ -41,6 +41,8 @@ def elastic_process_state(
     )
     try:
         return _elastic.process_state(iterator, states, process_index, process_count)
+    except _elastic.ProcessCountRefused as e:
+        raise CheckpointProcessCountError(f"{what}: {e}") from e
     except _elastic.NotElasticError as e:
         raise CheckpointProcessCountError(
             f"{what}, and re-sharding it (elastic restore) is not defined here: {e} Restore with "
@@ -50,28 +52,3 @@ def elastic_process_state(
         raise CheckpointPipelineMismatchError(
             f"{what}; re-sharding it failed because it comes from a different pipeline: {e}"
         ) from e
-
-
-def restore_across_process_counts(
-    iterator: Any, directory: Any, process_index: int, process_count: int
-) -> None:
-    """Reads every process's state in ``directory`` and restores ``iterator`` elastically."""
-    from grain_core.checkpoint import files
-
-    found = files.state_files(directory)
-    counts = sorted({c for _, c in found})
-    if len(counts) != 1:
-        raise CheckpointProcessCountError(
-            f"{directory} holds state files of {counts} process counts; cannot tell which to restore."
-        )
-    n = counts[0]
-    missing = [files.state_file_name(p, n) for p in range(n) if (p, n) not in found]
-    if missing:
-        raise CheckpointProcessCountError(
-            f"The iterator checkpoint in {directory} was written by {n} JAX process(es), but this "
-            f"job runs {process_count}; re-sharding it (elastic restore) needs every process's "
-            f"state and {missing} is missing. Restore with {n} process(es)."
-        )
-    states = [files.read_state_file(directory, p, n) for p in range(n)]
-    state = elastic_process_state(iterator, states, process_index, process_count, str(directory))
-    files.restore_iterator(iterator, state, f"the iterator checkpoint in {directory}")

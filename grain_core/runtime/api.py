@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -318,7 +319,8 @@ class WorkerEndpoint(Protocol):
     """The worker's end of a transport."""
 
     def send(self, message: FromWorker) -> None:
-        """Delivers ``message`` to the consumer, in order."""
+        """Delivers ``message`` to the consumer, in order. Called from the loop's thread and from
+        its flusher thread, never both at once (the loop serialises its sends)."""
 
     def receive(self, timeout: float | None) -> ToWorker | None:
         """The next command; None when none came within ``timeout`` seconds (``None``: wait).
@@ -378,6 +380,15 @@ def pickle_exception(e: BaseException) -> bytes | None:
 
 
 @dataclasses.dataclass
+class _Group:
+    """The elements of the message being built: they come ``skip`` elements after ``state``."""
+
+    state: Any
+    skip: int
+    elements: list[Any]
+
+
+@dataclasses.dataclass
 class _Held:
     state: Any
     elements: list[Any]
@@ -421,6 +432,11 @@ class WorkerLoop:
         self.gen, self.sent, self.consumed, self.producing = -1, 0, 0, False
         self.pending: collections.deque[ToWorker] = collections.deque()
         self.held: _Held | None = None  # produced while the buffer was full, not sent yet
+        # Sends happen under this lock: the main thread's and the flusher's (see _flusher).
+        self.lock = threading.Lock()
+        self.group: _Group | None = None
+        self.in_next_since: float | None = None
+        self.done = False
         try:
             import cloudpickle
 
@@ -435,6 +451,34 @@ class WorkerLoop:
     def _next_seq(self) -> int:
         self.seq += 1
         return self.seq
+
+    def _emit(self, make: Callable[[int], FromWorker]) -> None:
+        """Numbers and sends a message (under the send lock)."""
+        with self.lock:
+            self.endpoint.send(make(self._next_seq()))
+
+    def _flusher(self) -> None:
+        """Sends the finished elements of the group being built when the main thread has been
+        inside one ``next()`` for longer than :data:`MAX_MESSAGE_SECONDS`: a slow element never
+        holds back the elements finished before it."""
+        while not self.done:
+            time.sleep(MAX_MESSAGE_SECONDS)
+            since = self.in_next_since
+            if since is None or time.perf_counter() - since < MAX_MESSAGE_SECONDS:
+                continue
+            try:
+                with self.lock:
+                    g = self.group
+                    if g is None or not g.elements or self.in_next_since is None:
+                        continue
+                    self.endpoint.send(
+                        Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements)
+                    )
+                    self.sent += len(g.elements)
+                    g.skip += len(g.elements)
+                    g.elements = []
+            except Exception:  # the consumer is gone: the main thread finds out too
+                return
 
     def _build(self, ds: Any, stats_hook: Any) -> None:
         from grain_core.dataset.sharing import worker_share
@@ -484,7 +528,7 @@ class WorkerLoop:
             return True  # a repeated command of the current generation
         self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
         self.held = None
-        if isinstance(cmd, Idle):
+        if not isinstance(cmd, Start):  # Idle (a Consumed never reaches here)
             return True
         if self.setup_error is not None:
             self._fail(self.setup_error, self.setup_tb)
@@ -507,15 +551,17 @@ class WorkerLoop:
             next(self.it)
 
     def _fail(self, e: BaseException, tb: str) -> None:
-        self.endpoint.send(Failure(self._next_seq(), self.gen, pickle_exception(e), tb))
+        data = pickle_exception(e)
+        self._emit(lambda seq: Failure(seq, self.gen, data, tb))
 
     # --- loop --------------------------------------------------------------------------------------
 
     def run(self) -> None:
         """Serves commands until :class:`Stop`; returns quietly when the consumer is gone."""
         template = None if self.setup_error is not None else self.initial
+        threading.Thread(target=self._flusher, name="grain_core-worker-flusher", daemon=True).start()
         try:
-            self.endpoint.send(Template(self._next_seq(), template, self.elastic_problem))
+            self._emit(lambda seq: Template(seq, template, self.elastic_problem))
             while True:
                 room = self.job.buffer_size - (self.sent - self.consumed)
                 if self.pending:
@@ -539,6 +585,7 @@ class WorkerLoop:
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass  # the consumer went away
         finally:
+            self.done = True
             self._report()
 
     def _hold(self) -> None:
@@ -564,20 +611,26 @@ class WorkerLoop:
         outcome: BaseException | str | None = None
         tb = ""
         if held is not None:
-            state, group, outcome, tb = held.state, held.elements, held.outcome, held.traceback
+            state, first, outcome, tb = held.state, held.elements, held.outcome, held.traceback
         else:
-            state, group = it.get_state(), []
+            state, first = it.get_state(), []
+        g = _Group(state, 0, list(first))
+        with self.lock:
+            self.group = g
+        count = len(first)
         nbytes = 0
         t0 = time.perf_counter()
         limit = min(room, MAX_MESSAGE_ELEMENTS)
-        while outcome is None and len(group) < limit:
-            if group:
+        while outcome is None and count < limit:
+            if count:
                 # Deliver what is finished before starting an element that may be slow, when the
-                # group is old; a waiting command (a restart) ends the group too.
+                # group is old; a waiting command (a restart) ends the group too. (An element
+                # that turns out slow is covered by the flusher thread.)
                 if self._take_commands(0):
                     break
                 if time.perf_counter() - t0 > MAX_MESSAGE_SECONDS:
                     break
+            self.in_next_since = time.perf_counter()
             try:
                 x = next(it)
             except StopIteration:
@@ -586,20 +639,26 @@ class WorkerLoop:
             except Exception as e:
                 outcome, tb = e, traceback.format_exc()
                 break
-            group.append(x)
+            finally:
+                self.in_next_since = None
+            with self.lock:
+                g.elements.append(x)
+            count += 1
             if self.size_of is not None:
                 nbytes += self.size_of(x)
                 if nbytes >= MAX_MESSAGE_BYTES:
                     break
-        if group:
-            if self.stats_report is not None:  # before the data: read with it, never later
-                self.endpoint.send(Stats(self._next_seq(), self.gen, self.stats_report()))
-            self.endpoint.send(Elements(self._next_seq(), self.gen, state, 0, group))
-            self.sent += len(group)
-        self.produced_elements += len(group)
+        with self.lock:
+            self.group = None
+            if g.elements:
+                if self.stats_report is not None:  # before the data: read with it, never later
+                    self.endpoint.send(Stats(self._next_seq(), self.gen, self.stats_report()))
+                self.endpoint.send(Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements))
+                self.sent += len(g.elements)
+        self.produced_elements += count
         self.produced_seconds += time.perf_counter() - t0
         if outcome == "end":
-            self.endpoint.send(End(self._next_seq(), self.gen))
+            self._emit(lambda seq: End(seq, self.gen))
             self.producing = False
         elif isinstance(outcome, BaseException):
             self._fail(outcome, tb)
@@ -926,13 +985,12 @@ class RoundRobinConsumer(DatasetIterator):
             raise _state.StateMismatchError(
                 f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
             )
-        for w in workers:
-            if (
-                not isinstance(w, dict)
-                or not _state_int(w.get("skip"))
-                or not 0 <= w["skip"] <= MAX_SKIP
-                or not isinstance(w.get("exhausted", False), bool)
-            ):
+        for i, w in enumerate(workers):
+            if isinstance(w, dict):
+                _state.check_state_int(
+                    w.get("skip"), f"workers[{i}].skip", maximum=MAX_SKIP, where=STATE_KIND
+                )
+            if not isinstance(w, dict) or not isinstance(w.get("exhausted", False), bool):
                 raise _state.StateMismatchError(
                     f"Malformed worker entry in the state: {w!r} (skip must be an int in "
                     f"[0, {MAX_SKIP}], exhausted a bool): it was not written by get_state()."

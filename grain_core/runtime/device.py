@@ -100,11 +100,11 @@ class _DevicePutIterator(DatasetIterator):
         if self._last[1] is None:
             self._last = (self._last[0], parent.get_state())
         buf = self._buffer
-        two_phase = isinstance(parent, ThreadPrefetchDatasetIterator)
+        tp = parent if isinstance(parent, ThreadPrefetchDatasetIterator) else None
         while not self._end and self._occupied() < self._ahead:
             if buf and buf[-1][1] == "err":
                 return
-            if not two_phase:
+            if tp is None:
                 try:
                     x = next(parent)
                 except StopIteration:
@@ -114,10 +114,10 @@ class _DevicePutIterator(DatasetIterator):
                 self._seq += 1
                 buf.append((self._seq, "x", self._put(x), parent.get_state(), None))
                 continue
-            item = parent._peek()
+            item = tp._peek()
             pseq, kind, value, st = item
             if buf and buf[-1][4] == pseq:  # added before an interruption: take it now
-                parent._take(item)
+                tp._take(item)
                 continue
             if kind == "end":
                 self._end = True
@@ -126,8 +126,8 @@ class _DevicePutIterator(DatasetIterator):
             if kind == "err":
                 buf.append((self._seq, "err", value, None, pseq))  # raised when it is next
                 return
-            buf.append((self._seq, "x", self._put(value), parent._state_after(item), pseq))
-            parent._take(item)
+            buf.append((self._seq, "x", self._put(value), tp._state_after(item), pseq))
+            tp._take(item)
 
     def __next__(self) -> Any:
         buf = self._buffer

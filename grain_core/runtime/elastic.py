@@ -50,6 +50,7 @@ __all__ = [
     "ElasticTarget",
     "adapt_state",
     "NotElasticError",
+    "ProcessCountRefused",
     "chain_problem",
     "consumed_prefix",
     "elastic_target",
@@ -74,6 +75,10 @@ _ADVICE = (
 
 class NotElasticError(_state.StateMismatchError):
     """Elastic restore is not defined for this pipeline or this state (the message says why)."""
+
+
+class ProcessCountRefused(Exception):
+    """An iterator's own ``state_for_process_count`` refused the process count (message: why)."""
 
 
 def _error(msg: str) -> _state.StateMismatchError:
@@ -331,7 +336,7 @@ def _chain_position(saved: Any, parts: tuple, target: ElasticTarget, where: str)
     tl = _leaf(target.chain_template, "this pipeline")
     for key in ("fingerprint", "length"):
         if key in tl:
-            nl[key] = tl[key]
+            nl[key] = tl[key]  # type: ignore[index]  # a deep copy: a dict
     _state.check_same_pipeline(target.chain_template, neutral, where=where)
     return int(leaf["next_index"])
 
@@ -412,7 +417,17 @@ def process_state(iterator: Any, states: Sequence[Any], process_index: int, proc
     """The state of ``iterator`` (process ``process_index`` of ``process_count``) continuing where
     the per-process ``states`` (``states[p]`` saved by process ``p`` of ``len(states)``) stopped.
     Raises :class:`NotElasticError` when re-sharding is undefined, ``StateMismatchError`` when a
-    state comes from another pipeline."""
+    state comes from another pipeline. An iterator with a ``state_for_process_count(states,
+    process_index, process_count)`` method (``ElasticIterator``) answers itself; its ``ValueError``
+    becomes :class:`ProcessCountRefused`."""
+    hook = getattr(iterator, "state_for_process_count", None)
+    if hook is not None:
+        # The hook of iterators whose state does not depend on the process (ElasticIterator): they
+        # answer themselves; a ValueError is their refusal.
+        try:
+            return hook(states, process_index, process_count)
+        except ValueError as e:
+            raise ProcessCountRefused(str(e)) from e
     n = len(states)
     if any(not isinstance(s, Mapping) for s in states):
         raise NotElasticError(

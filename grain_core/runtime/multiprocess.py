@@ -49,7 +49,7 @@ __all__ = [
 
 #: The runtime ``mp_prefetch`` uses when none is given.
 DEFAULT_RUNTIME = "processes"
-_BUILT_IN: dict[str, Callable[[], Runtime]] = {"processes": ProcessRuntime}
+_BUILT_IN: dict[str, Callable[[], Any]] = {"processes": ProcessRuntime}
 
 
 def default_multiprocessing_options() -> MultiprocessingOptions:

@@ -114,13 +114,16 @@ class _WorkerEndpoint:
         self.writer = shm.MessageWriter(boot.prefix, boot.min_free) if boot.use_shm else None
         self.released = 0
         self.sent_messages = 0
+        self.lock = threading.Lock()
         self.consumer_pid = boot.consumer_pid
 
     def send(self, message: Any) -> None:
-        if isinstance(message, api.Elements):
-            message = self._encode(message)
-            self.sent_messages += 1
-        self.conn.send(message)
+        # Called by the worker loop's thread and its flusher thread: one at a time.
+        with self.lock:
+            if isinstance(message, api.Elements):
+                message = self._encode(message)
+                self.sent_messages += 1
+            self.conn.send(message)
 
     def _encode(self, m: api.Elements) -> _ShmElements:
         w = self.writer
@@ -148,9 +151,10 @@ class _WorkerEndpoint:
                 msg = conn.recv()
                 if isinstance(msg, _Released):
                     if self.writer is not None:
-                        while self.released < msg.messages:
-                            self.writer.release_oldest()
-                            self.released += 1
+                        with self.lock:
+                            while self.released < msg.messages:
+                                self.writer.release_oldest()
+                                self.released += 1
                     continue
                 return msg
             if deadline is not None and time.monotonic() >= deadline:

@@ -14,10 +14,15 @@ Contract:
   generation, :meth:`MessageWriter.release_all`). A segment's pages are thus allocated once, not per
   message, and both sides keep their segments mapped (no ``shm_open`` / ``ftruncate`` / ``unlink``
   per message). A worker has at most as many segments as it may have messages in flight.
-* Segment names start with a per-iterator prefix (:func:`new_prefix`); :func:`sweep` unlinks every
-  segment with a prefix, so a closed iterator (and an exiting worker) leaves nothing in ``/dev/shm``
-  even when messages were still in flight or a worker was killed mid-write;
-  :meth:`MessageReader.close` unmaps the consumer's mappings, so the memory is freed then too.
+* The reader unlinks a segment's name as soon as it has opened it (both sides then hold it; the
+  memory goes when both are gone, however they end) and keeps the descriptor to follow a grown
+  segment. Segment names start with a per-iterator prefix holding the consumer's pid
+  (:func:`new_prefix`); :func:`sweep` unlinks every segment with a prefix (a closed iterator, an
+  exiting worker), and :func:`reclaim_stale` those whose consumer no longer runs (a job killed
+  before the consumer opened them). :meth:`MessageReader.close` unmaps the consumer's mappings.
+* Before a segment is created or grown, the writer checks that ``/dev/shm`` keeps
+  :func:`min_free_bytes` free, else raises :class:`ShmFullError` (nothing changed) so that the
+  caller sends the elements another way.
 
 Segments are created and unlinked with ``_posixshmem`` directly (what ``multiprocessing.shared_memory``
 uses underneath) so no ``resource_tracker`` process is started and nothing is registered twice.

@@ -154,6 +154,11 @@ def test_the_processes_name_is_the_kernels(fresh_plugins, monkeypatch):
     mod.register_runtimes = hookimpl(lambda register: register(ThreadRuntime, name="processes"))
     plugins.register(mod)
     try:
+        with pytest.warns(RuntimeWarning, match="cannot register the runtime 'processes'"):
+            plugins.load_plugins()
+        assert "processes" not in plugins.provided_names("runtimes")
+        monkeypatch.setenv(plugins.ENV_STRICT, "1")
+        plugins.reload_plugins()
         with pytest.raises(plugins.PluginError, match="cannot register the runtime 'processes'"):
             plugins.load_plugins()
     finally:
