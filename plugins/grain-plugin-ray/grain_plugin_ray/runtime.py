@@ -44,13 +44,14 @@ class RayRuntime:
       resources: custom resources each actor reserves, e.g. ``{"preprocessing": 1}`` to place the
         actors only on nodes started with ``ray start --resources '{"preprocessing": 8}'``.
       runtime_env: Ray runtime environment of the actors (``working_dir``, ``pip``, ``env_vars``).
-      start_timeout_s: how long the consumer waits for an actor's first message (Ray placed it
-        and it built its pipeline) before raising; a cluster without the requested CPUs or
-        resources never places it.
+      start_timeout_s: how long an actor may take to be placed by Ray and to build its pipeline
+        before the iterator raises; a cluster without the requested CPUs or resources never
+        places it.
 
     As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
-    not yet returned by ``next()`` (plus the one it produces meanwhile); elements travel in groups (one actor call returns every group
-    ready), numpy leaves of large results as zero-copy views of Ray's object store.
+    not yet returned by ``next()`` (plus the one it produces meanwhile). Elements travel in groups
+    (one actor call returns every group ready); numpy leaves of large results arrive as read-only
+    zero-copy views of Ray's object store.
     """
 
     address: str | None = None
