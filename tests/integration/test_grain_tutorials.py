@@ -1,0 +1,196 @@
+"""Grain's public tutorials, written as ``import grain`` scripts, run on grain_core and compared with Grain.
+
+``tests/tutorials/scripts/`` holds one script per tutorial (dataset basics, DataLoader guide, the
+ArrayRecord and Parquet data-source tutorials) and a MaxText-style pipeline. Each makes its own
+small local data and records what the tutorial prints (element values, orders, states) with
+``tutorial_io.show``. ``tests/tutorials/record_tutorial_outputs.py`` ran them under google grain
+0.2.18 into ``tests/tutorials/data/grain_0_2_18_tutorials.json``; here each script runs unmodified
+in a fresh interpreter through ``python -m grain_core.compat run`` (the ``import grain`` alias), and
+every recorded value must be equal.
+
+Known differences: each is a strict xfail, applied only while a probe shows the cause still present
+(so the test must pass as soon as the behaviour matches Grain):
+
+* ``shuffle_order``: ``MapDataset.shuffle`` / ``IndexSampler`` orders are not Grain's index
+  shuffle yet (issue 12, "same seed, same order").
+* ``small_sampler``: ``DataLoader`` refuses an ``IndexSampler`` with fewer records than the source,
+  which the DataLoader guide does on purpose (Grain reads the first ``num_records``).
+* ``parquet_paths``: ``ParquetIterDataset`` refuses a list of paths (Grain interleaves the files).
+
+Iterator states are compared on Grain's fields: grain_core's states hold Grain's fields with the
+same values plus validation fields (``kind``, ``fingerprint``, ``length``, ``stages``; see
+docs/checkpointing.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import grain_core
+
+pytest.importorskip("array_record")
+pytest.importorskip("tensorflow_datasets")
+pytest.importorskip("orbax.checkpoint")
+
+pytestmark = pytest.mark.timeout(900)
+
+TUTORIALS = pathlib.Path(__file__).parent.parent / "tutorials"
+RECORDED = json.loads((TUTORIALS / "data" / "grain_0_2_18_tutorials.json").read_text())
+SCRIPTS = sorted(k for k in RECORDED if not k.startswith("_"))
+
+# Keys that hold iterator states: compared on Grain's fields only.
+STATE_KEYS = {("dataset_basic", "checkpoint")}
+
+
+def _shuffle_order_matches() -> bool:
+    return list(grain_core.MapDataset.range(10).shuffle(seed=0)) == [0, 4, 6, 7, 8, 3, 1, 9, 5, 2]
+
+
+def _small_sampler_accepted() -> bool:
+    sampler = grain_core.IndexSampler(2, grain_core.NoSharding(), shuffle=False, num_epochs=1)
+    try:
+        loader = grain_core.DataLoader(data_source=list(range(5)), sampler=sampler)
+    except ValueError:
+        return False
+    return list(loader) == [0, 1]
+
+
+def _parquet_paths_accepted(tmp: pathlib.Path) -> bool:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp / "probe.parquet")
+    pq.write_table(pa.table({"x": [1, 2]}), path)
+    try:
+        ds = grain_core.experimental.ParquetIterDataset([path, path])
+    except TypeError:
+        return False
+    return sorted(row["x"] for row in ds) == [1, 1, 2, 2]
+
+
+@functools.cache
+def _probes() -> dict[str, bool]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return {
+            "shuffle_order": _shuffle_order_matches(),
+            "small_sampler": _small_sampler_accepted(),
+            "parquet_paths": _parquet_paths_accepted(pathlib.Path(tmp)),
+        }
+
+
+REASONS = {
+    "shuffle_order": "shuffle / IndexSampler orders differ from Grain's index shuffle for the same seed",
+    "small_sampler": "DataLoader refuses IndexSampler(num_records=5) over a 12-record source "
+    "(Grain reads the first 5); the script stops there",
+    "parquet_paths": "ParquetIterDataset refuses a list of paths (Grain interleaves the files); "
+    "the script stops there",
+}
+
+# (script, key) -> the causes that make grain_core's value differ today.
+KNOWN: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def _known(script: str, keys: list[str], *causes: str) -> None:
+    for key in keys:
+        KNOWN[(script, key)] = causes
+
+
+_known(
+    "dataset_basic",
+    [
+        "list_source_first", "list_source_all", "custom_source_first", "custom_source_all",
+        "second_epoch_third", "filtered_items",
+        "sharded_0", "sharded_1", "iter_dataset", "next_1", "next_2", "next_after_restore",
+    ],
+    "shuffle_order",
+)
+_known("data_loader", ["sampler_index_and_record_key", "loaded"], "shuffle_order")
+_known(
+    "data_loader",
+    [
+        "loaded", "steps_0_to_4", "steps_5_to_9", "steps_5_to_9_after_restore", "in_memory_first",
+        "in_memory_workers", "read_options_file_names",
+    ],
+    "small_sampler", "shuffle_order",
+)
+_known("data_sources", ["array_record_batch_100", "array_record_batch_1"], "shuffle_order")
+_known("data_sources", ["parquet_two_files_subjects", "parquet_tokenized_first"], "parquet_paths")
+
+
+def _marks(script: str, key: str):
+    causes = KNOWN.get((script, key), ())
+    open_causes = [c for c in causes if not _probes()[c]]
+    if not open_causes:
+        return ()
+    return (pytest.mark.xfail(strict=True, reason="; ".join(REASONS[c] for c in open_causes)),)
+
+
+@functools.cache
+def _run(script: str, workdir: str) -> tuple[int, str, dict]:
+    results = os.path.join(workdir, "results.json")
+    env = dict(os.environ, TUTORIAL_RESULTS=results, JAX_PLATFORMS="cpu")
+    env.pop("GRAIN_CORE_AS_GRAIN", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grain_core.compat", "run", str(TUTORIALS / "scripts" / f"{script}.py")],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=600,
+    )
+    recorded = json.loads(pathlib.Path(results).read_text()) if os.path.exists(results) else {}
+    return proc.returncode, proc.stderr, recorded
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Runs a script once per module (in its own directory) and returns (rc, stderr, recorded)."""
+    dirs: dict[str, str] = {}
+
+    def run(script: str) -> tuple[int, str, dict]:
+        if script not in dirs:
+            dirs[script] = str(tmp_path_factory.mktemp(script))
+        return _run(script, dirs[script])
+
+    return run
+
+
+def _script_marks(script: str):
+    causes = sorted({c for (s, _), cs in KNOWN.items() if s == script for c in cs})
+    stops = [c for c in causes if c in ("small_sampler", "parquet_paths") and not _probes()[c]]
+    if not stops:
+        return ()
+    return (pytest.mark.xfail(strict=True, reason="; ".join(REASONS[c] for c in stops)),)
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=_script_marks(s)) for s in SCRIPTS])
+def test_tutorial_script_runs_to_the_end(script, ran):
+    rc, stderr, recorded = ran(script)
+    assert rc == 0, stderr[-4000:]
+    assert recorded.get("_done") is True
+    assert sorted(recorded) == sorted(RECORDED[script])
+
+
+CASES = [
+    pytest.param(script, key, marks=_marks(script, key), id=f"{script}-{key}")
+    for script in SCRIPTS
+    for key in sorted(RECORDED[script])
+    if key != "_done"
+]
+
+
+@pytest.mark.parametrize(("script", "key"), CASES)
+def test_tutorial_output_matches_grain(script, key, ran):
+    _, stderr, recorded = ran(script)
+    assert key in recorded, f"{script} did not reach {key!r}:\n{stderr[-3000:]}"
+    grain_value = RECORDED[script][key]
+    ours = recorded[key]
+    if (script, key) in STATE_KEYS:
+        # Our documented state: Grain's fields with Grain's values, plus validation fields.
+        ours = {k: ours[k] for k in grain_value if k in ours}
+    assert ours == grain_value
