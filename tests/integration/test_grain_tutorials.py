@@ -1,7 +1,9 @@
 """Grain's public tutorials, written as ``import grain`` scripts, run on grain_core and compared with Grain.
 
 ``tests/tutorials/scripts/`` holds one script per tutorial (dataset basics, DataLoader guide, the
-ArrayRecord and Parquet data-source tutorials) and a MaxText-style pipeline. Each makes its own
+ArrayRecord and Parquet data-source tutorials) and a MaxText-style pipeline (ArrayRecord mixture,
+Parquet and TFRecord interleaves, packing, ``mp_prefetch`` workers, state restore, ``DataLoader``
+with workers and custom samplers). Each makes its own
 small local data and records what the tutorial prints (element values, orders, states) with
 ``tutorial_io.show``. ``tests/tutorials/record_tutorial_outputs.py`` ran them under google grain
 0.2.18 into ``tests/tutorials/data/grain_0_2_18_tutorials.json``; here each script runs unmodified
@@ -16,6 +18,8 @@ Known differences: each is a strict xfail, applied only while a probe shows the 
 * ``small_sampler``: ``DataLoader`` refuses an ``IndexSampler`` with fewer records than the source,
   which the DataLoader guide does on purpose (Grain reads the first ``num_records``).
 * ``parquet_paths``: ``ParquetIterDataset`` refuses a list of paths (Grain interleaves the files).
+* ``unsized_sampler``: a ``DataLoader`` over a custom sampler that has only ``__getitem__`` (Grain's
+  ``Sampler`` protocol) raises the sampler's ``IndexError`` at its end; Grain ends the epoch there.
 
 Iterator states are compared on Grain's fields: grain_core's states hold Grain's fields with the
 same values plus validation fields (``kind``, ``fingerprint``, ``length``, ``stages``; see
@@ -75,6 +79,23 @@ def _parquet_paths_accepted(tmp: pathlib.Path) -> bool:
     return sorted(row["x"] for row in ds) == [1, 1, 2, 2]
 
 
+class _UnsizedSampler:
+    def __getitem__(self, index):
+        if index >= 3:
+            raise IndexError(index)
+        return grain_core.RecordMetadata(index=index, record_key=index, rng=None)
+
+
+def _unsized_sampler_ends() -> bool:
+    loader = grain_core.DataLoader(
+        data_source=list(range(5)), sampler=_UnsizedSampler(), shard_options=grain_core.NoSharding()
+    )
+    try:
+        return list(loader) == [0, 1, 2]
+    except IndexError:
+        return False
+
+
 @functools.cache
 def _probes() -> dict[str, bool]:
     import tempfile
@@ -84,6 +105,7 @@ def _probes() -> dict[str, bool]:
             "shuffle_order": _shuffle_order_matches(),
             "small_sampler": _small_sampler_accepted(),
             "parquet_paths": _parquet_paths_accepted(pathlib.Path(tmp)),
+            "unsized_sampler": _unsized_sampler_ends(),
         }
 
 
@@ -93,6 +115,8 @@ REASONS = {
     "(Grain reads the first 5); the script stops there",
     "parquet_paths": "ParquetIterDataset refuses a list of paths (Grain interleaves the files); "
     "the script stops there",
+    "unsized_sampler": "DataLoader over a sampler without __len__ raises the sampler's IndexError at "
+    "its end (Grain ends the epoch there); the script stops there",
 }
 
 # (script, key) -> the causes that make grain_core's value differ today.
@@ -124,6 +148,17 @@ _known(
 )
 _known("data_sources", ["array_record_batch_100", "array_record_batch_1"], "shuffle_order")
 _known("data_sources", ["parquet_two_files_subjects", "parquet_tokenized_first"], "parquet_paths")
+_known(
+    "maxtext_pipeline",
+    [
+        "mixture_host0", "mixture_host1", "packed_batch_0", "packed_batch_1", "packed_rest_targets",
+        "packed_rest_targets_after_restore", "parquet_host0", "parquet_host1", "parquet_packed_targets",
+        "tfrecord_host0", "tfrecord_host1",
+    ],
+    "shuffle_order",
+)
+_known("maxtext_pipeline", ["custom_sampler_loader"], "unsized_sampler")
+STOPPING = ("small_sampler", "parquet_paths", "unsized_sampler")
 
 
 def _marks(script: str, key: str):
@@ -162,7 +197,7 @@ def ran(tmp_path_factory):
 
 def _script_marks(script: str):
     causes = sorted({c for (s, _), cs in KNOWN.items() if s == script for c in cs})
-    stops = [c for c in causes if c in ("small_sampler", "parquet_paths") and not _probes()[c]]
+    stops = [c for c in causes if c in STOPPING and not _probes()[c]]
     if not stops:
         return ()
     return (pytest.mark.xfail(strict=True, reason="; ".join(REASONS[c] for c in stops)),)
