@@ -229,3 +229,24 @@ def test_tutorial_output_matches_grain(script, key, ran):
         # Our documented state: Grain's fields with Grain's values, plus validation fields.
         ours = {k: ours[k] for k in grain_value if k in ours}
     assert ours == grain_value
+
+
+@pytest.mark.parametrize("part", ["mixture", "parquet", "tfrecord"])
+def test_maxtext_hosts_read_grains_records_between_them(part, ran):
+    """Whatever the order, the two hosts of each MaxText source read the records Grain's hosts read
+    (the mixture's selection included), each host as many as in Grain."""
+    _, stderr, recorded = ran("maxtext_pipeline")
+    assert f"{part}_host1" in recorded, stderr[-3000:]
+    grain_hosts = [RECORDED["maxtext_pipeline"][f"{part}_host{h}"] for h in (0, 1)]
+    ours = [recorded[f"{part}_host{h}"] for h in (0, 1)]
+    assert [len(h) for h in ours] == [len(h) for h in grain_hosts]
+    assert sorted(ours[0] + ours[1]) == sorted(grain_hosts[0] + grain_hosts[1])
+
+
+def test_maxtext_packed_pipeline_resumes_where_it_saved(ran):
+    """The packed, batched ``mp_prefetch`` pipeline restored from its state after two batches gives
+    the same remaining batches as the uninterrupted run (as it does in Grain)."""
+    _, stderr, recorded = ran("maxtext_pipeline")
+    assert "packed_rest_targets_after_restore" in recorded, stderr[-3000:]
+    assert recorded["packed_rest_targets"]
+    assert recorded["packed_rest_targets_after_restore"] == recorded["packed_rest_targets"]
