@@ -1,6 +1,6 @@
 """Grain's public tutorials, written as ``import grain`` scripts, run on grain_core and compared with Grain.
 
-``tests/tutorials/scripts/`` holds one script per tutorial (dataset basics, DataLoader guide, the
+``tests/tutorials/scripts/`` holds one script per tutorial (dataset basics, dataset advanced, DataLoader guide, the
 ArrayRecord and Parquet data-source tutorials) and a MaxText-style pipeline (ArrayRecord mixture,
 Parquet and TFRecord interleaves, packing, ``mp_prefetch`` workers, state restore, ``DataLoader``
 with workers and custom samplers). Each makes its own
@@ -15,6 +15,9 @@ Known differences: each is a strict xfail, applied only while a probe shows the 
 
 * ``shuffle_order``: ``MapDataset.shuffle`` / ``IndexSampler`` orders are not Grain's index
   shuffle yet (issue 12, "same seed, same order").
+* ``mix_order``: ``MapDataset.mix`` / ``IterDataset.mix`` pick components in another order than
+  Grain's for the same weights.
+* ``window_shuffle_order``: ``WindowShuffleIterDataset`` orders a window differently from Grain.
 * ``small_sampler``: ``DataLoader`` refuses an ``IndexSampler`` with fewer records than the source,
   which the DataLoader guide does on purpose (Grain reads the first ``num_records``).
 * ``parquet_paths``: ``ParquetIterDataset`` refuses a list of paths (Grain interleaves the files).
@@ -55,6 +58,20 @@ STATE_KEYS = {("dataset_basic", "checkpoint")}
 
 def _shuffle_order_matches() -> bool:
     return list(grain_core.MapDataset.range(10).shuffle(seed=0)) == [0, 4, 6, 7, 8, 3, 1, 9, 5, 2]
+
+
+def _mix_order_matches() -> bool:
+    a, b = grain_core.MapDataset.range(10), grain_core.MapDataset.range(100, 110)
+    grain_order = [0, 1, 2, 100, 3, 4, 101, 5, 6, 102, 7, 8, 9, 103]
+    iter_mix = grain_core.IterDataset.mix([a.to_iter_dataset(), b.to_iter_dataset()], weights=[0.7, 0.3])
+    return list(grain_core.MapDataset.mix([a, b], weights=[0.7, 0.3])) == grain_order == list(iter_mix)
+
+
+def _window_shuffle_order_matches() -> bool:
+    ds = grain_core.experimental.WindowShuffleIterDataset(
+        grain_core.MapDataset.range(10).to_iter_dataset(), window_size=4, seed=42
+    )
+    return list(ds) == [3, 2, 1, 0, 5, 7, 4, 6, 9, 8]
 
 
 def _small_sampler_accepted() -> bool:
@@ -103,6 +120,8 @@ def _probes() -> dict[str, bool]:
     with tempfile.TemporaryDirectory() as tmp:
         return {
             "shuffle_order": _shuffle_order_matches(),
+            "mix_order": _mix_order_matches(),
+            "window_shuffle_order": _window_shuffle_order_matches(),
             "small_sampler": _small_sampler_accepted(),
             "parquet_paths": _parquet_paths_accepted(pathlib.Path(tmp)),
             "unsized_sampler": _unsized_sampler_ends(),
@@ -110,6 +129,8 @@ def _probes() -> dict[str, bool]:
 
 
 REASONS = {
+    "mix_order": "mix picks components in another order than Grain's for the same weights",
+    "window_shuffle_order": "WindowShuffleIterDataset orders windows differently from Grain for the same seed",
     "shuffle_order": "shuffle / IndexSampler orders differ from Grain's index shuffle for the same seed",
     "small_sampler": "DataLoader refuses IndexSampler(num_records=5) over a 12-record source "
     "(Grain reads the first 5); the script stops there",
@@ -150,13 +171,23 @@ _known("data_sources", ["array_record_batch_100", "array_record_batch_1"], "shuf
 _known("data_sources", ["parquet_two_files_subjects", "parquet_tokenized_first"], "parquet_paths")
 _known(
     "maxtext_pipeline",
-    [
-        "mixture_host0", "mixture_host1", "packed_batch_0", "packed_batch_1", "packed_rest_targets",
-        "packed_rest_targets_after_restore", "parquet_host0", "parquet_host1", "parquet_packed_targets",
-        "tfrecord_host0", "tfrecord_host1",
-    ],
+    ["mixture_host0", "mixture_host1", "packed_batch_0", "packed_batch_1", "packed_rest_targets",
+     "packed_rest_targets_after_restore"],
+    "shuffle_order", "mix_order",
+)
+_known(
+    "maxtext_pipeline",
+    ["parquet_host0", "parquet_host1", "parquet_packed_targets", "tfrecord_host0", "tfrecord_host1"],
+    "shuffle_order", "window_shuffle_order",
+)
+_known(
+    "dataset_advanced",
+    ["checkpoint_first_steps", "checkpoint_next_steps", "checkpoint_after_restore"],
     "shuffle_order",
 )
+_known("dataset_advanced", ["map_mix_all", "iter_mix_ids", "repeat_mix_ids"], "mix_order")
+_known("dataset_advanced", ["shuffled_repeat_mix_ids"], "shuffle_order", "mix_order")
+_known("dataset_advanced", ["hierarchical_first_5", "hierarchical_rest"], "window_shuffle_order")
 _known("maxtext_pipeline", ["custom_sampler_loader"], "unsized_sampler")
 STOPPING = ("small_sampler", "parquet_paths", "unsized_sampler")
 
