@@ -1,8 +1,8 @@
-"""Sessions: ``lint``, ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``,
-``example-plugin``, ``integration`` (everything installed together), ``docs`` (site build and every
-Python block of README.md and docs/), ``install`` (the README's checkout install command in a fresh
-venv), ``build`` (sdists and wheels of every distribution, ``twine check``, a fresh venv from the
-wheels); on demand: ``demo``, ``bench``.
+"""Sessions: ``lint``, ``typecheck`` (mypy), ``tests`` (kernel), one ``plugin-<name>`` per folder
+under ``plugins/``, ``example-plugin``, ``integration`` (everything installed together), ``docs``
+(site build and every Python block of README.md and docs/), ``install`` (the README's checkout
+install command in a fresh venv), ``build`` (sdists and wheels of every distribution, ``twine
+check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``.
 
 Each plugin session installs the kernel and only that plugin with its own declared extras, so a
 plugin that forgot to declare a dependency fails its session.
@@ -238,7 +238,7 @@ def _smoke(session: nox.Session, python: str, cwd: Path, from_wheels: bool) -> N
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy (pinned) over the kernel, grain_core/; settings in mypy.ini."""
-    session.install("-e", str(ROOT), "mypy==2.4.1")
+    _install(session, "-e", str(ROOT), "mypy==2.4.1")
     session.run("mypy", *session.posargs)
 
 

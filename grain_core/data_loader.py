@@ -32,6 +32,7 @@ from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
 from grain_core.dataset.map_ops import source_identity
 from grain_core.operations import as_transform
 from grain_core.options import MultiprocessingOptions, ReadOptions
+from grain_core.runtime.api import next_or_rollback
 from grain_core.sharding import ShardOptions
 
 __all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
@@ -432,7 +433,7 @@ class DataLoaderIterator:
                 raise RuntimeError("This DataLoaderIterator was closed; call iter(loader) again.")
             raise StopIteration
         try:
-            return next(it)
+            return next_or_rollback(it)  # Ctrl-C here never loses an element
         except StopIteration:
             self._finished = True
             self._release()

@@ -47,3 +47,26 @@ def test_hook_register_transforms(fresh_plugins):
 def test_hook_register_dataset_factories(fresh_plugins):
     assert list(grain.MapDataset.squares(4)) == [0, 1, 4, 9]
     assert "squares" in dir(grain.MapDataset)
+
+
+def test_hook_register_runtimes(fresh_plugins):
+    import types
+
+    from grain_core.plugins import hookimpl
+    from grain_core.runtime.processes import ProcessRuntime
+
+    def spawned():
+        return ProcessRuntime(start_method="spawn")
+
+    mod = types.ModuleType("spawn_runtime_plugin")
+    mod.register_runtimes = hookimpl(lambda register: register(spawned))
+    plugins.register(mod)
+    try:
+        assert "spawned" in plugins.provided_names("runtimes")
+        ds = grain.MapDataset.range(7).to_iter_dataset().mp_prefetch(
+            grain.MultiprocessingOptions(num_workers=2), runtime="spawned"
+        )
+        assert ds.runtime == ProcessRuntime(start_method="spawn")
+        assert list(ds) == list(range(7))
+    finally:
+        plugins.unregister("spawn_runtime_plugin")

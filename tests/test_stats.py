@@ -173,25 +173,25 @@ def test_mp_prefetch_worker_stages_are_measured():
 
 
 def test_mp_prefetch_stats_off_sends_no_stats_messages(monkeypatch):
+    from grain_core.runtime import api
     from grain_core.runtime import multiprocess as mpm
 
     kinds = []
-    orig = mpm.MultiprocessPrefetchDatasetIterator._recv
+    orig = api.RoundRobinConsumer._apply
 
-    def recv(self, i):
-        msg = orig(self, i)
-        kinds.append(msg[0])
-        return msg
+    def apply(self, i, msg):
+        kinds.append(type(msg).__name__)
+        return orig(self, i, msg)
 
-    monkeypatch.setattr(mpm.MultiprocessPrefetchDatasetIterator, "_recv", recv)
+    monkeypatch.setattr(api.RoundRobinConsumer, "_apply", apply)
     ds = _mp_pipeline(slow=False)
     plain = iter(ds)
     try:
         off = list(plain)
-        assert plain._worker_stats is None and not hasattr(plain, "stats")
+        assert plain.worker_stats() is None and not hasattr(plain, "stats")
     finally:
         plain.close()
-    assert "data" in kinds and "stats" not in kinds
+    assert "Elements" in kinds and "Stats" not in kinds
     kinds.clear()
     it = stats.iter_with_stats(ds)
     try:
@@ -199,7 +199,7 @@ def test_mp_prefetch_stats_off_sends_no_stats_messages(monkeypatch):
     finally:
         it.close()
     assert on == off == list(range(_MP_N))
-    assert "stats" in kinds
+    assert "Stats" in kinds
     assert type(ds) is mpm.MultiprocessPrefetchIterDataset  # the dataset itself is untouched
 
 

@@ -1,6 +1,7 @@
 """Restoring a checkpoint written by ``N`` JAX processes on ``N'`` processes (elastic restore).
 
-Every process reads all ``N`` files ``process_<p>-of-<N>.json``, works out which elements of the
+This module only reads the files and turns errors into checkpoint errors; what the states mean for
+``N'`` processes is decided by :func:`grain_core.runtime.elastic.process_state`. Every process reads all ``N`` files ``process_<p>-of-<N>.json``, works out which elements of the
 sharded ``MapDataset`` the ``N`` processes consumed together, and continues its own new shard just
 after them. Defined for pipelines described in :mod:`grain_core.runtime.elastic` whose
 ``to_iter_dataset`` reads ``base[process_index::process_count]`` followed only by index-preserving
@@ -12,7 +13,6 @@ state of another pipeline raises :class:`CheckpointPipelineMismatchError`. See
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from grain_core.checkpoint.errors import (
@@ -39,30 +39,10 @@ def elastic_process_state(
         f"The iterator checkpoint in {where} was written by {n} JAX process(es), but this job runs "
         f"{process_count}"
     )
-    hook = getattr(iterator, "state_for_process_count", None)
-    if hook is not None:
-        # Iterators whose state does not depend on the process (ElasticIterator) answer themselves.
-        try:
-            return hook(states, process_index, process_count)
-        except ValueError as e:
-            raise CheckpointProcessCountError(f"{what}: {e}") from e
     try:
-        if any(not isinstance(s, Mapping) for s in states):
-            raise _elastic.NotElasticError(
-                "the saved states are not iterator state dicts (e.g. a DataLoader's JSON bytes)."
-            )
-        target = _elastic.elastic_target(iterator)
-        if target.problem is not None:
-            raise _elastic.NotElasticError(target.problem)
-        shard = _elastic.process_shard(target.map_ds, process_index, process_count)
-        counts = [
-            _elastic.consumed_prefix(
-                states[p], shard.parts(p, n), target, f"process_{p}-of-{n}.json state"
-            )
-            for p in range(n)
-        ]
-        total = _elastic.prefix_length(counts, "process")
-        return target.build(_elastic.split_prefix(total, process_count)[process_index])
+        return _elastic.process_state(iterator, states, process_index, process_count)
+    except _elastic.ProcessCountRefused as e:
+        raise CheckpointProcessCountError(f"{what}: {e}") from e
     except _elastic.NotElasticError as e:
         raise CheckpointProcessCountError(
             f"{what}, and re-sharding it (elastic restore) is not defined here: {e} Restore with "

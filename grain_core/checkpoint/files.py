@@ -295,11 +295,7 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
             from grain_core.runtime import elastic
 
             try:
-                state = elastic.restore_state(
-                    state,
-                    elastic.elastic_target(iterator),
-                    f"{where} was saved with mp_prefetch workers and is restored in process",
-                )
+                state = elastic.adapt_state(iterator, state, where)
             except StateMismatchError as e:
                 raise CheckpointPipelineMismatchError(
                     f"{where} does not fit this iterator: {e} The iterator was left unchanged."

@@ -410,13 +410,16 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
         sequential_slice: bool = False,
+        runtime: Any = None,
     ) -> IterDataset[T]:
-        """Returns this dataset produced by ``options.num_workers`` worker processes.
+        """Returns this dataset produced by ``options.num_workers`` workers.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
         at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
-        refused with ``ValueError``: workers read strided slices (``i::num_workers``).
+        refused with ``ValueError``: workers read strided slices (``i::num_workers``). ``runtime``
+        picks where workers run: a runtime object or a registered runtime name (default
+        ``"processes"``: local processes; see ``docs/runtime.md``).
         """
         if sequential_slice:
             raise ValueError(
@@ -424,7 +427,9 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
                 "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
                 "docs/migration.md)."
             )
-        return installed.MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
+        return installed.MultiprocessPrefetchIterDataset(
+            self, options, worker_init_fn=worker_init_fn, runtime=runtime
+        )
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated alias of :meth:`mp_prefetch`."""
@@ -536,7 +541,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("set_state")
         if own is not None and not getattr(own, "_grain_atomic", False):
-            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign]
+            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign,assignment]
 
     def start_prefetch(self) -> None:
         """Starts producing elements in the background, where the iterator can (else a no-op)."""
@@ -638,7 +643,7 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
     return atomic
 
 
-DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign]
+DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign,assignment]
 
 
 def _describe_value(value: Any) -> Any:

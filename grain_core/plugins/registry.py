@@ -65,6 +65,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
         "experimental.ParquetIterDataset",
     ),
     "grain-plugin-tfds": ("sources.TfdsDataSource",),
+    "grain-plugin-tfrecord": ("sources.TFRecordIterDataset", "experimental.TFRecordIterDataset"),
     "grain-plugin-packing": (
         "experimental.FirstFitPackIterDataset",
         "experimental.BestFitPackIterDataset",
@@ -285,6 +286,7 @@ class Discovery:
             "register_sources": ("sources",),
             "register_transforms": ("experimental",),
             "register_dataset_factories": ("factories",),
+            "register_runtimes": ("runtimes",),
         }
         for hook_name in hook_impls:
             hook = getattr(self.pm.hook, hook_name)
@@ -330,6 +332,14 @@ class Discovery:
         elif hook_name == "register_transforms":
             unknown = set(options)
             spaces = ["experimental"]
+            on = ""
+        elif hook_name == "register_runtimes":
+            if name == "processes":
+                raise PluginError(
+                    f"plugin {info.name!r} cannot register the runtime 'processes': the kernel's."
+                )
+            unknown = set(options)
+            spaces = ["runtimes"]
             on = ""
         else:
             unknown = set(options) - {"on"}

@@ -238,8 +238,6 @@ def test_unpicklable_worker_exception_becomes_worker_error():
 
 
 def test_worker_sigkill_is_reported_at_its_next_turn():
-    from grain_core.runtime.multiprocess import _MAX_MESSAGE_ELEMENTS
-
     options = MP(num_workers=2)
     ds = (
         grain.MapDataset.range(10_000)
@@ -257,8 +255,9 @@ def test_worker_sigkill_is_reported_at_its_next_turn():
             next(it)
             received += 1
     # Counted in elements, not seconds: round-robin output reaches worker 1's turn once the
-    # messages it had in flight are used up, so the death is reported long before the end.
-    in_flight = (options.per_worker_buffer_size + 1) * _MAX_MESSAGE_ELEMENTS
+    # elements it had produced ahead (per_worker_buffer_size, plus the one it was producing) are
+    # used up, so the death is reported long before the end.
+    in_flight = options.per_worker_buffer_size + 1
     assert received <= 2 * in_flight + 2
     it.close()
     _assert_released(pids)
