@@ -18,6 +18,8 @@ Known differences: each is a strict xfail, applied only while a probe shows the 
 * ``mix_order``: ``MapDataset.mix`` / ``IterDataset.mix`` pick components in another order than
   Grain's for the same weights.
 * ``window_shuffle_order``: ``WindowShuffleIterDataset`` orders a window differently from Grain.
+* ``worker_batching``: a ``DataLoader`` with workers batches the whole sampler stream; Grain batches
+  within each worker (range(8), ``Batch(4)``, 2 workers: Grain ``[0, 2, 4, 6]``, ``[1, 3, 5, 7]``).
 * ``small_sampler``: ``DataLoader`` refuses an ``IndexSampler`` with fewer records than the source,
   which the DataLoader guide does on purpose (Grain reads the first ``num_records``).
 * ``parquet_paths``: ``ParquetIterDataset`` refuses a list of paths (Grain interleaves the files).
@@ -41,6 +43,7 @@ import sys
 import pytest
 
 import grain_core
+import grain_core.python
 
 pytest.importorskip("array_record")
 pytest.importorskip("tensorflow_datasets")
@@ -72,6 +75,16 @@ def _window_shuffle_order_matches() -> bool:
         grain_core.MapDataset.range(10).to_iter_dataset(), window_size=4, seed=42
     )
     return list(ds) == [3, 2, 1, 0, 5, 7, 4, 6, 9, 8]
+
+
+def _worker_batching_matches() -> bool:
+    loader = grain_core.DataLoader(
+        data_source=list(range(8)),
+        sampler=grain_core.IndexSampler(8, grain_core.NoSharding(), shuffle=False, num_epochs=1),
+        operations=[grain_core.python.Batch(4)],
+        worker_count=2,
+    )
+    return [b.tolist() for b in loader] == [[0, 2, 4, 6], [1, 3, 5, 7]]
 
 
 def _small_sampler_accepted() -> bool:
@@ -123,6 +136,7 @@ def _probes() -> dict[str, bool]:
             "mix_order": _mix_order_matches(),
             "window_shuffle_order": _window_shuffle_order_matches(),
             "small_sampler": _small_sampler_accepted(),
+            "worker_batching": _worker_batching_matches(),
             "parquet_paths": _parquet_paths_accepted(pathlib.Path(tmp)),
             "unsized_sampler": _unsized_sampler_ends(),
         }
@@ -132,6 +146,8 @@ REASONS = {
     "mix_order": "mix picks components in another order than Grain's for the same weights",
     "window_shuffle_order": "WindowShuffleIterDataset orders windows differently from Grain for the same seed",
     "shuffle_order": "shuffle / IndexSampler orders differ from Grain's index shuffle for the same seed",
+    "worker_batching": "DataLoader with workers batches the sampler stream as a whole; Grain batches "
+    "within each worker ([w0, w2, ...], [w1, w3, ...])",
     "small_sampler": "DataLoader refuses IndexSampler(num_records=5) over a 12-record source "
     "(Grain reads the first 5); the script stops there",
     "parquet_paths": "ParquetIterDataset refuses a list of paths (Grain interleaves the files); "
@@ -189,6 +205,7 @@ _known("dataset_advanced", ["map_mix_all", "iter_mix_ids", "repeat_mix_ids"], "m
 _known("dataset_advanced", ["shuffled_repeat_mix_ids"], "shuffle_order", "mix_order")
 _known("dataset_advanced", ["hierarchical_first_5", "hierarchical_rest"], "window_shuffle_order")
 _known("maxtext_pipeline", ["custom_sampler_loader"], "unsized_sampler")
+_known("maxtext_pipeline", ["dataloader_host0_batches", "dataloader_host1_batches"], "worker_batching")
 STOPPING = ("small_sampler", "parquet_paths", "unsized_sampler")
 
 

@@ -228,6 +228,21 @@ def main():
     show("parquet_packed_targets", [b["targets"] for b in ds], echo=False)
 
     source = grain.ArrayRecordDataSource(find_data_files("web/*.array_record"))
+    # MaxText's earlier DataLoader path: IndexSampler sharded per host, batching operation, workers.
+    for host in range(HOSTS):
+        loader = grain.DataLoader(
+            data_source=source,
+            sampler=grain.IndexSampler(
+                num_records=len(source),
+                shard_options=grain.ShardOptions(shard_index=host, shard_count=HOSTS, drop_remainder=True),
+                shuffle=False,
+                num_epochs=1,
+                seed=0,
+            ),
+            operations=[ToText(), grain.Batch(batch_size=4, drop_remainder=False)],
+            worker_count=2,
+        )
+        show(f"dataloader_host{host}_batches", [b.tolist() for b in loader], echo=False)
     for name, sampler in [
         ("custom_sized_sampler_loader", SizedEveryOtherSampler(len(source))),
         ("custom_sampler_loader", EveryOtherSampler(len(source))),
