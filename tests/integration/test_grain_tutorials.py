@@ -174,13 +174,12 @@ _known(
     ],
     "shuffle_order",
 )
-_known("data_loader", ["sampler_index_and_record_key", "loaded"], "shuffle_order")
+_known("data_loader", ["sampler_index_and_record_key"], "shuffle_order")
+_known("data_loader", ["in_memory_first"], "small_sampler")
 _known(
     "data_loader",
-    [
-        "loaded", "steps_0_to_4", "steps_5_to_9", "steps_5_to_9_after_restore", "in_memory_first",
-        "in_memory_workers", "read_options_file_names",
-    ],
+    ["loaded", "steps_0_to_4", "steps_5_to_9", "steps_5_to_9_after_restore", "in_memory_workers",
+     "read_options_file_names"],
     "small_sampler", "shuffle_order",
 )
 _known("data_sources", ["array_record_batch_100", "array_record_batch_1"], "shuffle_order")
