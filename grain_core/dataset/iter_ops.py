@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,6 +58,114 @@ class _OneParentIterator(DatasetIterator):
         with _state.rollback_on_error(self):
             self._parent.set_state(state["parent"])
             self._set_extra_state(state)
+
+
+def can_unread(it: DatasetIterator) -> bool:
+    """Whether ``it`` can move back over the elements its latest ``next``/``next_chunk`` returned.
+
+    Kernel stages that call a user function on chunks pull chunks only from such parents: when the
+    function raises (or is interrupted) part-way through a chunk, the parent is moved back to just
+    after the last element accounted for, so the state stays exact and nothing is lost."""
+    return getattr(it, "_unread", None) is not None
+
+
+def _stage_name(kind: str, fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{kind}({name})"
+
+
+def _error_note(e: BaseException, where: str, position: int) -> None:
+    e.add_note(f"raised in {where} while producing element #{position} (counted from 0)")
+
+
+class _ChunkedOneToOne(_OneParentIterator):
+    """A stage calling ``self._fn`` once per parent element, on whole chunks where it can.
+
+    Its ``_count`` is the number of elements returned; an exception from the function gets a note
+    naming the element (the context ``mp_prefetch`` workers give too). On an ``Exception`` the
+    failing element is consumed (as with ``next()``) and the elements before it in the chunk are
+    returned first; on any other ``BaseException`` (``KeyboardInterrupt``) nothing of the chunk is
+    consumed, so continuing yields exactly the remaining elements."""
+
+    one_to_one = True
+
+    def __init__(self, parent, fn):
+        super().__init__(parent)
+        self._fn = fn
+        self._count = 0
+        self._chunked = can_unread(parent)
+        self._pending: BaseException | None = None
+        if not self._chunked:
+            self._unread = None  # type: ignore[assignment]  # see can_unread
+
+    def _where(self) -> str:
+        return _stage_name(self.kind, self._fn)
+
+    def _call(self, x: Any, i: int) -> Any:
+        raise NotImplementedError
+
+    def __next__(self):
+        if self._pending is not None:
+            e, self._pending = self._pending, None
+            raise e
+        x = next(self._parent)
+        i = self._count
+        try:
+            y = self._call(x, i)
+        except BaseException as e:
+            if not isinstance(e, Exception) and self._chunked:
+                self._parent._unread(1)
+            _error_note(e, self._where(), i)
+            raise
+        self._count = i + 1
+        return y
+
+    def _apply(self, chunk: list[Any], start: int, out: list[Any]) -> None:
+        """Appends the function of each element of ``chunk`` (element ``k`` is element
+        ``start + k``) to ``out``; when it raises, ``out`` holds the results before the failure."""
+        call = self._call
+        append = out.append
+        for k, x in enumerate(chunk):
+            append(call(x, start + k))
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        if not self._chunked:
+            return [self.__next__()]
+        if self._pending is not None:
+            e, self._pending = self._pending, None
+            raise e
+        chunk = self._parent.next_chunk(max_elements)
+        start = self._count
+        out: list[Any] = []
+        try:
+            self._apply(chunk, start, out)
+        except BaseException as e:
+            done = out
+            _error_note(e, self._where(), start + len(done))
+            if isinstance(e, Exception) and done:
+                self._parent._unread(len(chunk) - len(done) - 1)
+                self._pending = e
+                self._count = start + len(done) + 1
+                return done
+            if isinstance(e, Exception):
+                self._parent._unread(len(chunk) - 1)
+                self._count = start + 1
+            else:
+                self._parent._unread(len(chunk))
+            raise
+        self._count = start + len(out)
+        return out
+
+    def _unread(self, count: int) -> None:
+        if self._pending is not None:  # the failing element is read again too
+            self._pending = None
+            count += 1
+        self._parent._unread(count)
+        self._count -= count
+
+    def _set_extra_state(self, state):
+        self._pending = None
+        self._count = int(state.get("count", 0))
 
 
 # --- pass-through stages ---------------------------------------------------------------------------
@@ -124,16 +233,17 @@ class MapIterDataset(_OneParentIterDataset):
         return f"MapIterDataset({tr.transform_name(self._transform)})"
 
 
-class _MapIterator(_OneParentIterator):
-    one_to_one = True
+class _MapIterator(_ChunkedOneToOne):
     kind = "MapIterDataset"
 
-    def __init__(self, parent, fn):
-        super().__init__(parent)
-        self._fn = fn
+    def _call(self, x, i):
+        return self._fn(x)
 
-    def __next__(self):
-        return self._fn(next(self._parent))
+    def _apply(self, chunk, start, out):
+        fn = self._fn
+        append = out.append
+        for x in chunk:
+            append(fn(x))
 
 
 class RandomMapIterDataset(_OneParentIterDataset):
@@ -152,19 +262,15 @@ class RandomMapIterDataset(_OneParentIterDataset):
         return f"RandomMapIterDataset({tr.transform_name(self._transform)}, seed={self._seed})"
 
 
-class _RandomMapIterator(_OneParentIterator):
-    one_to_one = True
+class _RandomMapIterator(_ChunkedOneToOne):
     kind = "RandomMapIterDataset"
 
     def __init__(self, parent, fn, seed):
-        super().__init__(parent)
-        self._fn, self._seed, self._count = fn, seed, 0
+        super().__init__(parent, fn)
+        self._seed = seed
         self._rngs = _seeds.ElementRngs(seed)
 
-    def __next__(self):
-        x = next(self._parent)
-        i = self._count
-        self._count = i + 1
+    def _call(self, x, i):
         return self._fn(x, self._rngs(i))
 
     def _extra_state(self):
@@ -177,8 +283,6 @@ class _RandomMapIterator(_OneParentIterator):
                 "state comes from a different pipeline."
             )
 
-    def _set_extra_state(self, state):
-        self._count = int(state["count"])
 
 
 class MapWithIndexIterDataset(_OneParentIterDataset):
@@ -193,25 +297,21 @@ class MapWithIndexIterDataset(_OneParentIterDataset):
         return _MapWithIndexIterator(iter(self._parent), self._fn)
 
 
-class _MapWithIndexIterator(_OneParentIterator):
-    one_to_one = True
+class _MapWithIndexIterator(_ChunkedOneToOne):
     kind = "MapWithIndexIterDataset"
 
-    def __init__(self, parent, fn):
-        super().__init__(parent)
-        self._fn, self._count = fn, 0
-
-    def __next__(self):
-        x = next(self._parent)
-        i = self._count
-        self._count = i + 1
+    def _call(self, x, i):
         return self._fn(i, x)
+
+    def _apply(self, chunk, start, out):
+        fn = self._fn
+        append = out.append
+        for k, x in enumerate(chunk, start):
+            append(fn(k, x))
 
     def _extra_state(self):
         return {"count": self._count}
 
-    def _set_extra_state(self, state):
-        self._count = int(state["count"])
 
 
 class FilterIterDataset(_OneParentIterDataset):
@@ -230,6 +330,9 @@ class FilterIterDataset(_OneParentIterDataset):
 
 
 class _FilterIterator(_OneParentIterator):
+    """Keeps the elements ``fn`` accepts, testing whole chunks where the parent allows (see
+    :class:`_ChunkedOneToOne` for what an exception from ``fn`` leaves behind)."""
+
     kind = "FilterIterDataset"
     _CHECK_EVERY = 256
 
@@ -239,17 +342,97 @@ class _FilterIterator(_OneParentIterator):
         self._check = FilterRatioCheck("filter()")
         self._seen = 0
         self._dropped = 0
+        self._tested = 0  # parent elements tested (for error messages)
+        self._chunked = can_unread(parent)
+        self._last: tuple[int, list[Any]] = (0, [])  # (parent elements read, their verdicts)
+        self._pending: BaseException | None = None
+        if not self._chunked:
+            self._unread = None  # type: ignore[assignment]  # see can_unread
 
     def __next__(self):
+        if self._pending is not None:
+            e, self._pending = self._pending, None
+            raise e
         fn, parent = self._fn, self._parent
         while True:
             x = next(parent)
             self._seen += 1
             if self._seen >= self._CHECK_EVERY:
                 self._flush()
-            if fn(x):
+            try:
+                keep = fn(x)
+            except BaseException as e:
+                if not isinstance(e, Exception) and self._chunked:
+                    parent._unread(1)
+                    self._seen -= 1
+                _error_note(e, _stage_name(self.kind, fn), self._tested)
+                raise
+            self._tested += 1
+            if keep:
+                self._last = (1, [True])
                 return x
             self._dropped += 1
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        if not self._chunked:
+            return [self.__next__()]
+        if self._pending is not None:
+            e, self._pending = self._pending, None
+            raise e
+        fn, parent = self._fn, self._parent
+        while True:
+            chunk = parent.next_chunk(max_elements)
+            verdicts: list[Any] = []
+            append = verdicts.append
+            try:
+                for x in chunk:
+                    append(fn(x))
+            except BaseException as e:
+                k = len(verdicts)
+                _error_note(e, _stage_name(self.kind, fn), self._tested + k)
+                kept = list(itertools.compress(chunk, verdicts))
+                if isinstance(e, Exception):
+                    self._tested += k + 1
+                    self._count_seen(k + 1, k + 1 - len(kept))
+                    if kept:
+                        parent._unread(len(chunk) - k - 1)
+                        self._pending = e
+                        self._last = (k + 1, verdicts)
+                        return kept
+                    parent._unread(len(chunk) - k - 1)
+                else:
+                    parent._unread(len(chunk))
+                raise
+            n = len(chunk)
+            self._tested += n
+            kept = list(itertools.compress(chunk, verdicts))
+            self._count_seen(n, n - len(kept))
+            if kept:
+                self._last = (n, verdicts)
+                return kept
+
+    def _count_seen(self, seen: int, dropped: int) -> None:
+        self._seen += seen
+        self._dropped += dropped
+        if self._seen >= self._CHECK_EVERY:
+            self._flush()
+
+    def _unread(self, count: int) -> None:
+        """Moves the parent back to just after the element before the last ``count`` kept ones."""
+        if count <= 0:
+            return
+        self._pending = None  # a failing element after them is tested again
+        n, verdicts = self._last
+        pos = len(verdicts)
+        while count:
+            pos -= 1
+            if verdicts[pos]:
+                count -= 1
+        self._parent._unread(n - pos)
+        self._last = (pos, verdicts[:pos])
+
+    def _set_extra_state(self, state):
+        self._pending = None
 
     def _flush(self):
         seen, dropped = self._seen, self._dropped
@@ -285,14 +468,22 @@ class _BatchIterator(_OneParentIterator):
 
     def __next__(self):
         parent = self._parent
-        items = []
-        append = items.append
-        try:
-            for _ in range(self._bs):
-                append(next(parent))
-        except StopIteration:
-            if not items or self._drop:
-                raise
+        need = self._bs
+        items: list[Any] = []
+        while need:
+            try:
+                chunk = parent.next_chunk(need)
+            except StopIteration:
+                if not items or self._drop:
+                    raise
+                break
+            if len(chunk) > need:
+                raise RuntimeError(
+                    f"{type(parent).__name__}.next_chunk({need}) returned {len(chunk)} elements; "
+                    "next_chunk must return at most max_elements."
+                )
+            items += chunk
+            need -= len(chunk)
         return stack_batch(items, self._batch_fn)
 
     def _extra_state(self):
