@@ -12,6 +12,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
+from grain_core.dataset.chunking import can_unread
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.prefetch import FilterRatioCheck
 from grain_core.options import DatasetOptions
@@ -58,15 +59,6 @@ class _OneParentIterator(DatasetIterator):
         with _state.rollback_on_error(self):
             self._parent.set_state(state["parent"])
             self._set_extra_state(state)
-
-
-def can_unread(it: DatasetIterator) -> bool:
-    """Whether ``it`` can move back over the elements its latest ``next``/``next_chunk`` returned.
-
-    Kernel stages that call a user function on chunks pull chunks only from such parents: when the
-    function raises (or is interrupted) part-way through a chunk, the parent is moved back to just
-    after the last element accounted for, so the state stays exact and nothing is lost."""
-    return getattr(it, "_unread", None) is not None
 
 
 def _stage_name(kind: str, fn: Any) -> str:

@@ -41,6 +41,8 @@ from grain_plugin_packing._features import FeatureSpec, _positive, path_name
 
 __all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
 
+_CHUNK = 128  # parent elements pulled per next_chunk call
+
 
 class _PackIterDataset(grain.IterDataset):
     _best_fit = False
@@ -136,6 +138,11 @@ class _PackIterator(grain.DatasetIterator):
         # How to rebuild the round about to be filled (or being yielded): parent state, elements to
         # skip after it, whether the next element read is the carry-over of the previous round.
         self._anchor: tuple[Any, int, bool] = (self._parent.get_state(), 0, False)
+        # Elements are pulled from the parent in chunks: the position is the parent state before
+        # the current chunk plus how many of its elements were used.
+        self._chunk: list[Any] = []
+        self._chunk_pos = 0
+        self._chunk_state: Any = self._anchor[0]
         self._round_no = 0
         self._round: _Round | None = None
         self._carry: list[np.ndarray] | None = None
@@ -156,9 +163,19 @@ class _PackIterator(grain.DatasetIterator):
 
     # --- packing ------------------------------------------------------------------------------------
 
+    def _next_raw(self) -> Any:
+        """The next parent element (pulled a chunk at a time); raises ``StopIteration``."""
+        if self._chunk_pos >= len(self._chunk):
+            state = self._parent.get_state()
+            self._chunk = self._parent.next_chunk(_CHUNK)
+            self._chunk_pos, self._chunk_state = 0, state
+        x = self._chunk[self._chunk_pos]
+        self._chunk_pos += 1
+        return x
+
     def _read(self) -> list[np.ndarray] | None:
         try:
-            x = next(self._parent)
+            x = self._next_raw()
         except StopIteration:
             self._exhausted = True
             return None
@@ -167,7 +184,7 @@ class _PackIterator(grain.DatasetIterator):
     def _fill(self) -> None:
         spec, ds = self._spec, self._ds
         rnd = _Round(spec, ds._bins)
-        start = self._parent.get_state()
+        start, start_skip = self._chunk_state, self._chunk_pos
         read = 0
         carry = self._carry
         self._carry = None
@@ -216,9 +233,9 @@ class _PackIterator(grain.DatasetIterator):
         # The next round is rebuilt from `start` by skipping all but the last element read (the
         # carry), or, without a carry, from wherever the parent is now.
         if self._carry is not None:
-            self._next_anchor = (start, read - 1, True)
+            self._next_anchor = (start, start_skip + read - 1, True)
         else:
-            self._next_anchor = (self._parent.get_state(), 0, False)
+            self._next_anchor = (self._chunk_state, self._chunk_pos, False)
 
     def _order(self, rnd: _Round) -> list[int]:
         """The order in which the round's non-empty bins are yielded."""
@@ -295,8 +312,9 @@ class _PackIterator(grain.DatasetIterator):
         self._round_no = int(state["round"])
         skip, carry = int(state["skip"]), bool(state["carry"])
         self._anchor = (state["parent"], skip, carry)
+        self._chunk, self._chunk_pos, self._chunk_state = [], 0, state["parent"]
         for _ in range(skip):
-            next(self._parent)
+            self._next_raw()
         if carry:
             self._carry = self._read()
         emitted = int(state["emitted"])
