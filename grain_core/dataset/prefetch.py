@@ -280,6 +280,13 @@ class PrefetchDatasetIterator(DatasetIterator):
         ``KeyboardInterrupt`` while waiting) leaves the iterator as it was."""
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        prev = self._current
+        if isinstance(prev, _LazyChunk) and prev.cold:
+            prev.cold = False
+            self._adapt(prev.seconds, prev.seconds)
+            self._cold_spent += prev.seconds
+            if self._cold_spent >= _COLD_SECONDS:
+                self._cold = False
         if not self._buffer:
             self._fill()
             if not self._buffer:
@@ -287,7 +294,11 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut = self._buffer[0]
         lazy = False
         try:
-            if fut is None:
+            if fut is None and not self._sync:
+                # Cold start with threads: the caller reads element by element, so no finished
+                # element waits behind a slow one (and the first comes at once).
+                items, lazy = _LazyChunk(self._ds, start, stop, cold=True), True
+            elif fut is None:
                 items, seconds, done = self._read_chunk(start, stop)
             else:
                 try:
@@ -313,10 +324,6 @@ class PrefetchDatasetIterator(DatasetIterator):
             if items:
                 self._elem_bytes = _nbytes(items[0]) or self._elem_bytes
             self._adapt(seconds, pool_seconds)
-            if fut is None and self._cold:
-                self._cold_spent += seconds
-                if self._cold_spent >= _COLD_SECONDS:
-                    self._cold = False
             if not self._allow_nones:
                 dropped = sum(map(operator.is_, items, itertools.repeat(None)))
                 dense = not dropped
@@ -454,9 +461,18 @@ class _LazyChunk:
     is done. A read that fails gets a note naming the index (the error context ``mp_prefetch``
     workers give too)."""
 
-    def __init__(self, ds: MapDataset, start: int, stop: int, fut: futures.Future | None = None):
+    def __init__(
+        self,
+        ds: MapDataset,
+        start: int,
+        stop: int,
+        fut: futures.Future | None = None,
+        cold: bool = False,
+    ):
         self._ds, self._start, self._n, self._fut = ds, start, stop - start, fut
         self._read: dict[int, Any] = {}
+        self.cold = cold  # read during the cold start (its time counts towards _COLD_SECONDS)
+        self.seconds = 0.0  # time spent reading elements here
 
     def __len__(self) -> int:
         return self._n
@@ -470,11 +486,14 @@ class _LazyChunk:
         if pos in self._read:
             return self._read[pos]
         index = self._start + pos
+        t0 = time.perf_counter()
         try:
             x = self._ds._getitem(index)
         except Exception as e:
             e.add_note(f"raised while to_iter_dataset read index {index} of its MapDataset")
             raise
+        finally:
+            self.seconds += time.perf_counter() - t0
         self._read[pos] = x
         return x
 
