@@ -121,8 +121,8 @@ class _Round:
         # Target minus the first free cell per bin and feature. With alignment the free cell is
         # rounded up to a multiple of the alignment, so this can drop below zero (the bin is then
         # closed to that feature, even to empty sequences, as in grain).
-        self.remaining = np.tile(spec.lengths, (bins, 1))
-        self.counts = np.zeros(bins, dtype=np.int64)
+        self.remaining = [spec.lengths.tolist() for _ in range(bins)]
+        self.counts = [0] * bins
         self.order: list[int] = []
         self.emitted = 0
 
@@ -188,7 +188,9 @@ class _PackIterator(grain.DatasetIterator):
         read = 0
         carry = self._carry
         self._carry = None
-        targets = spec.lengths
+        targets = spec.lengths.tolist()
+        nfeat = len(targets)
+        alignments = self._alignments.tolist()
         max_seq = ds._max_seq
         best = ds._best_fit
         while True:
@@ -201,33 +203,56 @@ class _PackIterator(grain.DatasetIterator):
                 if arrays is None:
                     break
                 read += 1
-            lengths = np.minimum([len(a) for a in arrays], targets)
-            fits = (rnd.remaining >= lengths).all(axis=1)
-            if max_seq is not None:
-                fits &= rnd.counts < max_seq
-            if not fits.any():
+            # Plain Python over the bins: cheaper than numpy for tens of bins and few features.
+            lengths = [min(len(a), t) for a, t in zip(arrays, targets)]
+            remaining, counts = rnd.remaining, rnd.counts
+            b = -1
+            if nfeat == 1:
+                n0 = lengths[0]
+                if best:
+                    best_left = None
+                    for i, r in enumerate(remaining):
+                        if r[0] >= n0 and (max_seq is None or counts[i] < max_seq):
+                            if best_left is None or r[0] - n0 < best_left:
+                                best_left, b = r[0] - n0, i
+                else:
+                    for i, r in enumerate(remaining):
+                        if r[0] >= n0 and (max_seq is None or counts[i] < max_seq):
+                            b = i
+                            break
+            else:
+                best_left = None
+                for i, r in enumerate(remaining):
+                    if max_seq is not None and counts[i] >= max_seq:
+                        continue
+                    if all(x >= n for x, n in zip(r, lengths)):
+                        if not best:
+                            b = i
+                            break
+                        left = sum(r) - sum(lengths)
+                        if best_left is None or left < best_left:
+                            best_left, b = left, i
+            if b < 0:
                 self._carry = arrays
                 break
-            if best:
-                left = np.where(fits, (rnd.remaining - lengths).sum(axis=1), np.iinfo(np.int64).max)
-                b = int(left.argmin())
-            else:
-                b = int(fits.argmax())
-            seg_id = int(rnd.counts[b]) + 1
+            seg_id = counts[b] + 1
             if not rnd.data:
                 rnd.data, rnd.seg, rnd.pos = spec.empty_rows(rnd.bins)
-            offsets = (targets - rnd.remaining[b]).tolist()
-            for f, (a, n, off) in enumerate(zip(arrays, lengths.tolist(), offsets)):
+            rem_b = remaining[b]
+            for f, (a, n, t, r) in enumerate(zip(arrays, lengths, targets, rem_b)):
                 if n:
+                    off = t - r
                     rnd.data[f][b, off : off + n] = a[:n]
                     rnd.seg[f][b, off : off + n] = seg_id
                     rnd.pos[f][b, off : off + n] = self._aranges[f][:n]
             if self._aligned:  # the next sequence starts at a multiple of the alignment
-                ends = targets - rnd.remaining[b] + lengths
-                rnd.remaining[b] = targets - -(-ends // self._alignments) * self._alignments
+                remaining[b] = [
+                    t - -(-(t - r + n) // al) * al
+                    for t, r, n, al in zip(targets, rem_b, lengths, alignments)
+                ]
             else:
-                rnd.remaining[b] -= lengths
-            rnd.counts[b] = seg_id
+                remaining[b] = [r - n for r, n in zip(rem_b, lengths)]
+            counts[b] = seg_id
         rnd.order = self._order(rnd)
         self._round = rnd
         # The next round is rebuilt from `start` by skipping all but the last element read (the
