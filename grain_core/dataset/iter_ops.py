@@ -231,6 +231,20 @@ class _MapIterator(_ChunkedOneToOne):
     def _call(self, x, i):
         return self._fn(x)
 
+    def __next__(self):  # the per-element path, without the generic _call indirection
+        if self._pending is not None:
+            return super().__next__()
+        x = next(self._parent)
+        try:
+            y = self._fn(x)
+        except BaseException as e:
+            if not isinstance(e, Exception) and self._chunked:
+                self._parent._unread(1)
+            _error_note(e, self._where(), self._count)
+            raise
+        self._count += 1
+        return y
+
     def _apply(self, chunk, start, out):
         fn = self._fn
         append = out.append
