@@ -1,5 +1,6 @@
 """Sessions: ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``, ``integration``
-(everything installed together), ``example-plugin``, ``lint``, ``demo``, ``bench``, ``docs``.
+(everything installed together), ``example-plugin``, ``lint``, ``demo``, ``bench``, ``train-e2e``,
+``docs``.
 
 Each plugin session installs the kernel and only that plugin with its own declared extras, so a
 plugin that forgot to declare a dependency fails its session.
@@ -106,6 +107,15 @@ def bench(session: nox.Session) -> None:
     _install_everything(session)
     session.install("grain")
     session.run("python", "benchmarks/run.py", *session.posargs, env={"JAX_PLATFORMS": "cpu"})
+
+
+@nox.session(name="train-e2e")
+def train_e2e(session: nox.Session) -> None:
+    """The end-to-end training-loop benchmark (benchmarks/train_e2e.py), small and on CPU."""
+    _install_everything(session)
+    session.run(
+        "python", "benchmarks/train_e2e.py", "--small", *session.posargs, env={"JAX_PLATFORMS": "cpu"}
+    )
 
 
 @nox.session
