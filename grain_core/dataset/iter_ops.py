@@ -169,9 +169,17 @@ class _PassThroughIterator(DatasetIterator):
     def __init__(self, parent: DatasetIterator):
         super().__init__(parent)
         self._parent = parent
+        if not can_unread(parent):
+            self._unread = None  # type: ignore[assignment]  # see can_unread
 
     def __next__(self):
         return next(self._parent)
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        return self._parent.next_chunk(max_elements)
+
+    def _unread(self, count: int) -> None:
+        self._parent._unread(count)
 
     def get_state(self):
         return self._parent.get_state()
@@ -665,6 +673,13 @@ class _LimitIterator(_OneParentIterator):
         x = next(self._parent)
         self._count += 1
         return x
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        if self._count >= self._limit:
+            raise StopIteration
+        out = self._parent.next_chunk(min(max_elements, self._limit - self._count))
+        self._count += len(out)
+        return out
 
     def _extra_state(self):
         return {"count": self._count}
