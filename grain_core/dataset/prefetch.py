@@ -14,11 +14,12 @@ elements after a (re)start (the first element comes at once), doubling while a c
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
 unreturned rest of the chunk being consumed, and each chunk holds at most about ``_CHUNK_BYTES``.
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
-caller reads the first chunks itself until it has spent ``_COLD_SECONDS`` reading, then hands work
-to the threads with a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk consumed): the
-first elements do not wait behind a pool of threads competing for the GIL, and a restore followed
-soon by another restore wastes little work. ``start_prefetch()`` skips both (it asks for reading
-ahead at once).
+caller reads the first element itself (it waits for it anyway), then chunks go to the threads with
+a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk consumed): the first elements do
+not wait behind a pool of threads competing for the GIL, and a restore followed soon by another
+restore wastes little work. The ramp reaches the full pool after a handful of chunks, so
+steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for reading ahead
+at once).
 
 A slow element does not hold back finished earlier ones: when the chunk at the head of the buffer
 has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
@@ -52,7 +53,6 @@ _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they 
 _MAX_CHUNK = 1024
 _CHUNK_BYTES = 4 << 20  # a chunk holds about this many bytes at most (at least one element)
 _SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
-_COLD_SECONDS = 0.005  # reading done by the caller itself after a (re)start
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
 
@@ -176,8 +176,7 @@ class PrefetchDatasetIterator(DatasetIterator):
     def _reset_buffer(self) -> None:
         """Forgets everything read ahead and restarts cold at ``_next_index`` (see the docstring)."""
         self._chunk = 1
-        self._cold = True  # chunks are read by the caller, not by threads
-        self._cold_spent = 0.0  # seconds the caller spent reading since the (re)start
+        self._cold = True  # the next chunk (one element) is read by the caller
         self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
         self._buffer: collections.deque[tuple[int, int, Any]] = collections.deque()
@@ -255,9 +254,8 @@ class PrefetchDatasetIterator(DatasetIterator):
             start = self._read_to
             stop = min(self._len, start + self._chunk)
             if self._sync or self._cold:
-                # Read by the caller in _next_chunk: every chunk without read-ahead, or the first
-                # ones after a (re)start (the caller waits for them anyway, and threads reading
-                # ahead would compete with it for the GIL). One such chunk is queued at a time.
+                # Read by the caller in _next_chunk: every chunk without read-ahead, and the first
+                # (one element) after a (re)start. One such chunk is queued at a time.
                 if not self._buffer:
                     self._buffer.append((start, stop, None))
                     self._read_to = stop
@@ -280,13 +278,6 @@ class PrefetchDatasetIterator(DatasetIterator):
         ``KeyboardInterrupt`` while waiting) leaves the iterator as it was."""
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
-        prev = self._current
-        if isinstance(prev, _LazyChunk) and prev.cold:
-            prev.cold = False
-            self._adapt(prev.seconds, prev.seconds)
-            self._cold_spent += prev.seconds
-            if self._cold_spent >= _COLD_SECONDS:
-                self._cold = False
         if not self._buffer:
             self._fill()
             if not self._buffer:
@@ -294,11 +285,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut = self._buffer[0]
         lazy = False
         try:
-            if fut is None and not self._sync:
-                # Cold start with threads: the caller reads element by element, so no finished
-                # element waits behind a slow one (and the first comes at once).
-                items, lazy = _LazyChunk(self._ds, start, stop, cold=True), True
-            elif fut is None:
+            if fut is None:
                 items, seconds, done = self._read_chunk(start, stop)
             else:
                 try:
@@ -333,7 +320,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._current, self._current_start, self._current_pos = items, start, 0
         self._current_dense = dense
         self._taken_from = 0
-        if not self._sync:
+        if fut is None and self._cold:
+            self._cold = False  # the pool starts at the next chunk, after this one is handed out
+        elif not self._sync:
             self._fill()
         return True
 
@@ -461,18 +450,9 @@ class _LazyChunk:
     is done. A read that fails gets a note naming the index (the error context ``mp_prefetch``
     workers give too)."""
 
-    def __init__(
-        self,
-        ds: MapDataset,
-        start: int,
-        stop: int,
-        fut: futures.Future | None = None,
-        cold: bool = False,
-    ):
+    def __init__(self, ds: MapDataset, start: int, stop: int, fut: futures.Future | None = None):
         self._ds, self._start, self._n, self._fut = ds, start, stop - start, fut
         self._read: dict[int, Any] = {}
-        self.cold = cold  # read during the cold start (its time counts towards _COLD_SECONDS)
-        self.seconds = 0.0  # time spent reading elements here
 
     def __len__(self) -> int:
         return self._n
@@ -486,14 +466,11 @@ class _LazyChunk:
         if pos in self._read:
             return self._read[pos]
         index = self._start + pos
-        t0 = time.perf_counter()
         try:
             x = self._ds._getitem(index)
         except Exception as e:
             e.add_note(f"raised while to_iter_dataset read index {index} of its MapDataset")
             raise
-        finally:
-            self.seconds += time.perf_counter() - t0
         self._read[pos] = x
         return x
 
