@@ -127,11 +127,11 @@ class _ChunkedOneToOne(_OneParentIterator):
         limit = min(n, len(replay))
         while k < limit and not isinstance(replay[k], _Raise):
             k += 1
+        # Move the parent over the elements these outputs were made from, in one call (so that
+        # the parent can give them back again if asked): it may return fewer than asked.
+        k = len(self._parent.next_chunk(k))
         out, self._replay = replay[:k], replay[k:]
-        left = len(out)
-        while left:  # move the parent over the elements these outputs were made from
-            left -= len(self._parent.next_chunk(left))
-        self._count += len(out)
+        self._count += k
         self._last_out = out
         return out
 
