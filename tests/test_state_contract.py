@@ -21,7 +21,9 @@ def _pipelines():
     yield grain.MapDataset.mix([R(20).seed(4).shuffle(), R(100, 130)], [1, 3]).to_iter_dataset()
     yield grain.experimental.LimitIterDataset(R(50).to_iter_dataset(), 17)
     yield grain.experimental.RebatchIterDataset(R(50).batch(7).to_iter_dataset(), 5)
-    yield grain.experimental.ZipIterDataset([R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()])
+    yield grain.experimental.ZipIterDataset(
+        [R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()], strict=False
+    )
     yield grain.MapDataset.concatenate([R(5), R(10, 14)])[1::2].to_iter_dataset()
 
 

@@ -16,7 +16,7 @@ name = "grain-plugin-{name}"
 version = "0.1.0"
 description = "grain_core plugin: {camel}DataSource and {camel}OffsetMapDataset."
 requires-python = ">=3.11"
-dependencies = ["grain-core>=0.1", "numpy>=1.26"]
+dependencies = ["grain-core-kernel>=0.1", "numpy>=1.26"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -91,6 +91,7 @@ import numpy as np
 
 import grain_core as grain
 from grain_core import tree
+from grain_core.dataset.stages import OneParentMapDataset
 
 
 def _add(x: Any, offset: float) -> Any:
@@ -101,24 +102,20 @@ def _add(x: Any, offset: float) -> Any:
     return x
 
 
-class {camel}OffsetMapDataset(grain.MapDataset):
+class {camel}OffsetMapDataset(OneParentMapDataset):
     """``parent[i]`` with ``offset`` added to its numeric leaves. Use it as
     ``{camel}OffsetMapDataset(ds, offset=1)`` or ``ds.pipe({camel}OffsetMapDataset, offset=1)``."""
 
     def __init__(self, parent: grain.MapDataset, offset: float = 1):
         super().__init__(parent)
-        self._parent = parent
         self.offset = offset
 
-    def __len__(self) -> int:
-        return len(self._parent)
-
-    def _getitem(self, index: int) -> Any:
-        x = self._parent[index]
+    def element_at(self, index: int) -> Any:
+        x = self.parent.element_at(index)
         return None if x is None else tree.map_structure(lambda v: _add(v, self.offset), x)
 
-    def _fingerprint_fields(self) -> tuple:
-        return (self.offset,)
+    def fingerprint_fields(self) -> dict:
+        return {{"offset": self.offset}}
 
     def __str__(self) -> str:
         return f"{camel}OffsetMapDataset(offset={{self.offset}})"

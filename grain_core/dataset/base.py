@@ -12,12 +12,17 @@ are imported on use. Plugin-provided factories (``MapDataset.range``) resolve th
 from __future__ import annotations
 
 import abc
+import functools
 import operator
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from grain_core import seeds as _seeds
+from grain_core import state as _state
+from grain_core.state import StateField
+from grain_core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,14 +93,24 @@ class _DatasetBase:
             return None
         return _seeds.derive_seed(self._lineage.seeds, self._lineage.depth)
 
-    def _resolve_seed(self, seed: int | None) -> int:
-        """An explicit seed if given, else the derived pipeline seed, else a fixed default."""
+    def resolve_seed(self, seed: int | None) -> int:
+        """The seed a random stage uses: ``seed`` if given, else the one derived from ``seed()``
+        upstream, else a fixed default (the seed contract, ``docs/contracts.md``).
+
+        A random stage calls this once in ``__init__`` with its ``seed=`` argument (after
+        ``super().__init__(parents)``) and keeps the result; that call is its declared seed use.
+        Raises ``TypeError`` / ``ValueError`` for a seed outside ``[0, 2**32)``.
+        """
         if seed is not None:
             return _seeds.validate_seed(seed)
         derived = self._default_seed
         if derived is not None:
             return derived
         return _seeds.derive_seed((_DEFAULT_BASE_SEED,), self._lineage.depth)
+
+    def _resolve_seed(self, seed: int | None) -> int:
+        """Kernel-internal alias of :meth:`resolve_seed`."""
+        return self.resolve_seed(seed)
 
     def pipe(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Returns ``func(self, *args, **kwargs)``: chains transformations that are not methods."""
@@ -105,6 +120,18 @@ class _DatasetBase:
         from grain_core.dataset.describe import describe
 
         return describe(self)
+
+
+def _plugin_factory(cls: type, name: str) -> Any:
+    """``cls.name`` registered by a plugin (``MapDataset.range``); a miss suggests the closest name."""
+    from grain_core.plugins import registry
+
+    try:
+        return registry.dataset_factory(cls.__name__, name)
+    except registry.PluginNameError as e:
+        if registry.KNOWN_PROVIDERS.get(name) is not None:
+            raise
+        raise registry.PluginNameError(f"{e}{did_you_mean(name, [*dir(cls), *dir(type(cls))])}") from None
 
 
 class MapDatasetMeta(abc.ABCMeta):
@@ -139,9 +166,7 @@ class MapDatasetMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -166,8 +191,13 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
-        # Grain-style subclasses implement __getitem__ directly; route the kernel's calls to it.
-        if "__getitem__" in cls.__dict__ and "_getitem" not in cls.__dict__:
+        if "_getitem" in cls.__dict__:
+            return
+        if "element_at" in cls.__dict__:
+            # The public element hook: the kernel's internal fast path calls it directly.
+            cls._getitem = cls.__dict__["element_at"]  # type: ignore[method-assign]
+        elif "__getitem__" in cls.__dict__:
+            # Grain-style subclasses implement __getitem__ directly; route the kernel's calls to it.
             user_getitem = cls.__dict__["__getitem__"]
 
             def _getitem(self, index: int, _get=user_getitem):
@@ -175,12 +205,22 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
             cls._getitem = _getitem  # type: ignore[method-assign]
 
-    def _getitem(self, index: int) -> T | None:
-        """Returns the element at a non-negative ``index`` (past ``len`` means a later epoch).
+    def element_at(self, index: int) -> T | None:
+        """Returns the element at a non-negative ``index``; the element hook of a map stage.
 
-        Subclasses implement this (or, Grain-style, ``__getitem__`` for ints, which is then used).
+        ``index >= len(self)`` reads a later epoch (``index // len`` is the epoch); ``None`` means
+        the element is missing (filtered). A stage implements this for one index and may override
+        :meth:`__getitems__` for many; it reads its parent with ``parent.element_at(i)`` or
+        ``parent.__getitems__(indices)``. ``ds[i]`` (which also takes negative ints and slices)
+        calls it. Grain-style subclasses may implement ``__getitem__`` instead.
         """
-        raise NotImplementedError(f"{type(self).__name__} implements neither _getitem nor __getitem__.")
+        return self._getitem(index)
+
+    def _getitem(self, index: int) -> T | None:
+        """Kernel-internal element access (see :meth:`element_at`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither element_at nor __getitem__."
+        )
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -212,9 +252,19 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
     def __iter__(self) -> DatasetIterator[T]:
         return self.to_iter_dataset().__iter__()
 
+    def fingerprint_fields(self) -> Mapping[str, Any]:
+        """What, besides its class and length, identifies this stage in iterator states.
+
+        Returns named values (``{"window_size": 8, "seed": 3}``) with a deterministic ``repr``:
+        the kernel digests them into the fingerprint of the ``MapDataset`` chain that a
+        ``to_iter_dataset`` state records, so a state saved with other values is refused. Stages
+        whose output depends on a seed or a size list them here; the default is none.
+        """
+        return {}
+
     def _fingerprint_fields(self) -> tuple[Any, ...]:
-        """What, besides class and length, identifies this stage in iterator states."""
-        return ()
+        """Kernel-internal: the values of :meth:`fingerprint_fields`, in order."""
+        return tuple(self.fingerprint_fields().values())
 
     # --- transformations -------------------------------------------------------------------------
 
@@ -273,12 +323,15 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
         return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
-        (``len == sys.maxsize``)."""
+        (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
+        epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
         from grain_core.dataset.map_ops import RepeatMapDataset
 
-        return RepeatMapDataset(self, num_epochs)
+        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
@@ -311,9 +364,7 @@ class IterDatasetMeta(abc.ABCMeta):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -383,14 +434,23 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         self,
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
     ) -> IterDataset[T]:
         """Returns this dataset produced by ``options.num_workers`` worker processes.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
-        at the number of CPUs.
+        at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
+        refused with ``ValueError``: workers read strided slices (``i::num_workers``).
         """
         from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
+
+        if sequential_slice:
+            raise ValueError(
+                "mp_prefetch(sequential_slice=True) is not supported: grain_core workers read "
+                "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
+                "docs/migration.md)."
+            )
 
         return MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
 
@@ -452,9 +512,70 @@ class DatasetIterator(Iterator[T], abc.ABC):
     def get_state(self) -> dict[str, Any]:
         """Returns the current position as a JSON-serialisable dict."""
 
-    @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
-        """Moves to the position ``state`` describes (a dict from ``get_state`` of this pipeline)."""
+        """Moves to the position ``state`` describes (a dict from ``get_state`` of this pipeline).
+
+        The kernel's protocol, the same for every stage: (1) every value of ``state`` is checked
+        against the type of its counterpart in this iterator's own ``get_state()``
+        (:func:`grain_core.state.check_state_types`: ``next_index="3"``, ``3.5`` or ``True`` are
+        refused); (2) :meth:`check_state` validates the stage's declared fields, without changing
+        anything; (3) :meth:`restore_state` moves the iterator. If (3) raises, the iterator is
+        put back where it was, so a refused state leaves every stage untouched: it then emits
+        exactly what it would have. Stages implement :meth:`check_state` / :meth:`restore_state`;
+        a subclass that overrides ``set_state`` itself (Grain style) gets (1) and the rollback too.
+        """
+        self.check_state(state)
+        self.restore_state(state)
+
+    def state_fields(self) -> Mapping[str, StateField] | None:
+        """The fields of this stage's state and how to validate them (``None``: not declared).
+
+        A stage returns ``{name: StateField...}`` for every field its ``get_state()`` returns
+        besides ``kind``; :meth:`check_state` then refuses a state whose fields are missing, of the
+        wrong type, out of range, or (identity fields) different from this pipeline's, before
+        anything changes. See :class:`grain_core.state.StateField`.
+        """
+        return None
+
+    @property
+    def state_kind(self) -> str:
+        """The ``kind`` this stage's states carry: the ``kind`` attribute, else the class name."""
+        return getattr(self, "kind", "") or type(self).__name__
+
+    def check_state(self, state: Any) -> None:
+        """Raises if ``state`` does not fit this iterator; never changes anything.
+
+        The default checks the fields :meth:`state_fields` declares (parent fields with the
+        parents' own ``check_state``). Override it (calling ``super()``) for checks between fields
+        (``turn < cycle_length``); checks that need data (replaying a window) belong in
+        :meth:`restore_state`, which is rolled back when it raises.
+        """
+        fields = self.state_fields()
+        if fields is None:
+            return
+        parents = self._parents
+
+        def check_parent(index: int, sub: Any) -> None:
+            if sub is not None:
+                parents[index].check_state(sub)
+
+        _state.check_state_fields(
+            state, self.state_kind, fields, self.get_state(), check_parent=check_parent
+        )
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Moves this iterator (and its parents) to ``state``, already checked by
+        :meth:`check_state`. Stages implement this; the kernel's :meth:`set_state` calls it and rolls
+        it back if it raises."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither restore_state nor set_state."
+        )
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("set_state")
+        if own is not None and not getattr(own, "_grain_atomic", False):
+            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign]
 
     def start_prefetch(self) -> None:
         """Starts producing elements in the background, where the iterator can (else a no-op)."""
@@ -472,11 +593,27 @@ class DatasetIterator(Iterator[T], abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _apply_options(self, options: DatasetOptions) -> None:
-        """Applies pipeline-wide options to this iterator and everything upstream of it."""
+    @property
+    def options(self) -> DatasetOptions | None:
+        """The pipeline-wide ``DatasetOptions`` applied to this iterator, or ``None``."""
+        return self._options
+
+    def apply_options(self, options: DatasetOptions) -> None:
+        """Applies pipeline-wide options to this iterator and everything upstream of it.
+
+        The kernel calls it on the iterator below ``with_options``; it merges ``options`` into
+        :attr:`options` and calls it on every parent. A stage that opens iterators which are not
+        its parents (one per file, say) calls ``it.apply_options(self.options)`` on each when
+        :attr:`options` is set, and overrides this method (calling ``super()``) to pass later
+        options on to the ones already open.
+        """
         self._options = options.merge(self._options) if self._options else options
         for p in self._parents:
-            p._apply_options(options)
+            p.apply_options(options)
+
+    def _apply_options(self, options: DatasetOptions) -> None:
+        """Kernel-internal alias of :meth:`apply_options`."""
+        self.apply_options(options)
 
     def save(self, directory: Any) -> Coroutine[Any, Any, None]:
         """Returns a coroutine writing ``get_state()`` as of this call into ``directory``.
@@ -492,6 +629,59 @@ class DatasetIterator(Iterator[T], abc.ABC):
         from grain_core.checkpoint import load_iterator_state
 
         await load_iterator_state(self, directory)
+
+
+_rollback = threading.local()
+
+
+def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """Wraps a ``set_state``: types checked first, and the iterator put back if it raises.
+
+    Only the outermost ``set_state`` of a call tree snapshots and rolls back (its rollback restores
+    every stage below it), so a chain of ``n`` stages costs one extra ``get_state``, not ``n``.
+    """
+
+    @functools.wraps(set_state)
+    def atomic(self: DatasetIterator, state: Any) -> None:
+        if getattr(_rollback, "armed", False):
+            set_state(self, state)
+            return
+        try:
+            before = self.get_state()
+        except Exception:  # nothing to go back to (e.g. a closed iterator): its own errors apply
+            set_state(self, state)
+            return
+        _state.check_state_types(before, state)
+        _rollback.armed = True
+        try:
+            set_state(self, state)
+        except BaseException as error:
+            try:
+                unchanged = self.get_state() == before
+            except Exception:
+                unchanged = False
+            if not unchanged:
+                try:
+                    set_state(self, before)
+                except Exception as again:
+                    error.add_note(
+                        f"Putting {type(self).__name__} back where it was failed too ({again!r}); "
+                        "create a new iterator before using it."
+                    )
+            if isinstance(error, StopIteration):  # never let set_state look like exhaustion
+                raise _state.StateMismatchError(
+                    f"{type(self).__name__}: the state points past the end of the input it replays: "
+                    "it comes from a different pipeline or was altered. The iterator is unchanged."
+                ) from error
+            raise
+        finally:
+            _rollback.armed = False
+
+    atomic._grain_atomic = True  # type: ignore[attr-defined]
+    return atomic
+
+
+DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign]
 
 
 def infinite_length() -> int:

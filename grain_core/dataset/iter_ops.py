@@ -838,21 +838,55 @@ class _LimitIterator(_OneParentIterator):
 
 
 class ZipIterDataset(IterDataset):
-    """Tuples of the next element of each parent; stops when any parent stops."""
+    """Tuples of the next element of each parent.
 
-    def __init__(self, parents: Sequence[IterDataset]):
+    With ``strict=True`` (Grain's default) parents of different lengths raise ``ValueError`` when
+    the shortest one ends, as Python's ``zip(strict=True)``; with ``strict=False`` the zip stops
+    when any parent stops.
+    """
+
+    def __init__(self, parents: Sequence[IterDataset], *, strict: bool = True):
         parents = [_check_iter_parent(p, "ZipIterDataset") for p in parents]
         if not parents:
             raise ValueError("ZipIterDataset needs at least one dataset.")
         super().__init__(parents)
+        self._strict = bool(strict)
 
     def __iter__(self):
-        return _ZipIterator([iter(p) for p in self._parents])
+        return _ZipIterator([iter(p) for p in self._parents], strict=self._strict)
+
+
+def _zip_length_error(i: int, why: str) -> ValueError:
+    others = "argument 1" if i == 1 else f"arguments 1-{i}"
+    return ValueError(
+        f"ZipIterDataset argument {i + 1} is {why} than {others}; pass strict=False to stop at the "
+        "shortest input."
+    )
 
 
 class _ZipIterator(DatasetIterator):
+    def __init__(self, parents: Sequence[DatasetIterator], *, strict: bool = False):
+        super().__init__(parents)
+        self._strict = strict
+
     def __next__(self):
-        return tuple([next(p) for p in self._parents])
+        items = []
+        for i, p in enumerate(self._parents):
+            try:
+                items.append(next(p))
+            except StopIteration:
+                if not self._strict:
+                    raise
+                if i > 0:
+                    raise _zip_length_error(i, "shorter") from None
+                for j in range(1, len(self._parents)):
+                    try:
+                        next(self._parents[j])
+                    except StopIteration:
+                        continue
+                    raise _zip_length_error(j, "longer") from None
+                raise
+        return tuple(items)
 
     def get_state(self):
         return _state.make_state("ZipIterDataset", parents=[p.get_state() for p in self._parents])

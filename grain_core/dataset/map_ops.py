@@ -383,9 +383,13 @@ class BatchMapDataset(MapDataset):
 class RepeatMapDataset(MapDataset):
     """``num_epochs`` epochs of the parent; forever (``len == sys.maxsize``) when ``None``."""
 
-    def __init__(self, parent: MapDataset, num_epochs: int | None = None):
+    def __init__(
+        self, parent: MapDataset, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ):
         super().__init__(parent)
         n = len(parent)
+        # Without reseeding, epoch e reads the parent's first epoch again (index modulo n).
+        self._reseed = bool(reseed_each_epoch)
         if n >= sys.maxsize:
             raise ValueError("Cannot repeat an infinite dataset (it is already repeated).")
         if num_epochs is not None:
@@ -400,12 +404,16 @@ class RepeatMapDataset(MapDataset):
         return self._len
 
     def _fingerprint_fields(self):
-        return (self._epochs,)
+        return (self._epochs,) if self._reseed else (self._epochs, "no-reseed")
 
     def _getitem(self, index):
+        if not self._reseed:
+            index = index % len(self._parent)
         return self._parent._getitem(index)
 
     def __getitems__(self, indices):
+        if not self._reseed:
+            indices = _index_array(indices) % len(self._parent)
         return self._parent.__getitems__(indices)
 
 

@@ -31,6 +31,7 @@ import importlib_metadata
 import pluggy
 
 from grain_core.plugins import hookspecs
+from grain_core.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = "grain_core"
 NAMESPACES = ("sources", "experimental", "factories")
@@ -77,6 +78,19 @@ def _truthy(value: str | None) -> bool:
 
 def _names(value: str | None) -> set[str]:
     return {v.strip() for v in (value or "").split(",") if v.strip()}
+
+
+def _warn_unknown_names(variable: str, listed: set[str], known: set[str]) -> None:
+    """Warns about names in an allow/block list that match no installed plugin when one is close
+    (a typo there silently loads or skips the wrong plugins)."""
+    for name in sorted(listed - known):
+        hint = did_you_mean(name, known)
+        if hint:
+            warnings.warn(
+                f"{variable} names {name!r}, which is no installed plugin or distribution.{hint}",
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
 
 @dataclasses.dataclass
@@ -135,6 +149,7 @@ class Discovery:
         block = _names(os.environ.get(ENV_BLOCK))
         strict = _truthy(os.environ.get(ENV_STRICT))
         seen: set[str] = set()
+        known: set[str] = set()  # entry-point and distribution names, to check the lists against
         for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist.name if ep.dist else ""
             version = ep.dist.version if ep.dist else ""
@@ -142,6 +157,7 @@ class Discovery:
             if key in seen:
                 continue
             seen.add(key)
+            known |= {ep.name, dist}
             info = PluginInfo(ep.name, dist, version, ep.value, "loaded")
             if block & {ep.name, dist}:
                 info.status = "blocked"
@@ -172,6 +188,8 @@ class Discovery:
                     RuntimeWarning,
                     stacklevel=4,
                 )
+        _warn_unknown_names(ENV_ALLOW, allow, known)
+        _warn_unknown_names(ENV_BLOCK, block, known)
 
     def _add(self, plugin: Any, info: PluginInfo) -> None:
         if self.pm.is_registered(plugin):
@@ -287,7 +305,10 @@ class Discovery:
             p = failed[0]
             detail = f": {p.error}" if p.error else ""
             return f"{where}.{name} comes from {provider}, which is installed but {p.status}{detail}."
-        return f"{where}.{name} is provided by the plugin {provider}; install it: pip install {provider}"
+        return (
+            f"{where}.{name} is provided by the plugin {provider}; install it: pip install "
+            f"{provider} (from a grain_core checkout: pip install -e plugins/{provider})"
+        )
 
     def names(self, namespace: str) -> list[str]:
         return sorted({n for (space, n) in self.provided if space == namespace})

@@ -30,7 +30,9 @@ def _pipelines():
     yield grain.IterDataset.mix([R(20).to_iter_dataset(), R(100, 130).to_iter_dataset()], [2, 1])
     yield grain.experimental.LimitIterDataset(R(50).to_iter_dataset(), 17)
     yield grain.experimental.RebatchIterDataset(R(50).batch(7).to_iter_dataset(), 5)
-    yield grain.experimental.ZipIterDataset([R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()])
+    yield grain.experimental.ZipIterDataset(
+        [R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()], strict=False
+    )
     yield grain.experimental.ThreadPrefetchIterDataset(
         R(30).map(lambda x: x * 2).to_iter_dataset(), 4
     )

@@ -237,7 +237,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         self._files = files
         self._given_counts = counts
         self._skips = np.asarray(skips, dtype=np.int64)
-        self._options = _options_string(reader_options)
+        self._reader_options = _options_string(reader_options)
         self._init_runtime()
 
     # --- runtime state (never pickled) -----------------------------------------------------------
@@ -273,7 +273,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         with self._lock:
             r = self._readers[f]
             if r is None:
-                r = _open_reader(self._files[f], self._options)
+                r = _open_reader(self._files[f], self._reader_options)
                 self._readers[f] = r
             self._users[r] = self._users.get(r, 0) + 1
         try:

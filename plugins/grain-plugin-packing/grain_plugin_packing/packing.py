@@ -37,6 +37,8 @@ import numpy as np
 import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.state import StateField
 from grain_plugin_packing._features import FeatureSpec, _positive, path_name
 
 __all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
@@ -44,7 +46,7 @@ __all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
 _CHUNK = 128  # parent elements pulled per next_chunk call
 
 
-class _PackIterDataset(grain.IterDataset):
+class _PackIterDataset(OneParentIterDataset):
     _best_fit = False
 
     def __init__(
@@ -86,7 +88,7 @@ class _PackIterDataset(grain.IterDataset):
             else _positive(max_sequences_per_bin, f"{name}: max_sequences_per_bin")
         )
         self._shuffle = bool(shuffle_bins)
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
 
     def __iter__(self):
         return _PackIterator(self)
@@ -127,11 +129,11 @@ class _Round:
         self.emitted = 0
 
 
-class _PackIterator(grain.DatasetIterator):
+class _PackIterator(OneParentIterator):
     def __init__(self, ds: _PackIterDataset):
         super().__init__(ds._parent.__iter__())
         self._ds = ds
-        self._parent = self._parents[0]
+        self._parent = self.parent
         self.kind = type(ds).__name__
         self._spec = FeatureSpec(*ds._spec_args)
         self._aranges = [np.arange(n, dtype=np.int32) for n in self._spec.lengths.tolist()]
@@ -323,13 +325,17 @@ class _PackIterator(grain.DatasetIterator):
             fingerprint=self._fingerprint,
         )
 
-    def set_state(self, state):
-        _state.expect_state(
-            state,
-            self.kind,
-            ("parent", "skip", "carry", "round", "emitted"),
-            fingerprint=self._fingerprint,
-        )
+    def state_fields(self):
+        return {
+            "parent": StateField.parent(),
+            "skip": StateField.position(),
+            "carry": StateField.flag(),
+            "round": StateField.position(),
+            "emitted": StateField.position(),
+            "fingerprint": StateField.identity(),
+        }
+
+    def restore_state(self, state):
         self._parent.set_state(state["parent"])
         self._exhausted = False
         self._round = None

@@ -18,6 +18,8 @@ import numpy as np
 import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset, OneParentMapDataset
+from grain_core.state import StateField
 from grain_core.validation import check_int
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
@@ -33,7 +35,7 @@ def window_permutation(size: int, seed: int, *salt: int) -> _seeds.IndexPermutat
     return _seeds.IndexPermutation(size, _seeds.derive_seed(seed, *salt))
 
 
-class WindowShuffleMapDataset(grain.MapDataset):
+class WindowShuffleMapDataset(OneParentMapDataset):
     """Shuffles the elements of ``parent`` within windows of ``window_size`` consecutive indices.
 
     Element ``i`` of epoch ``e`` (``i = e * len + j``) is read from the parent at
@@ -49,15 +51,15 @@ class WindowShuffleMapDataset(grain.MapDataset):
         super().__init__(parent)
         self._parent = parent
         self._window = _check_window_size(window_size, "WindowShuffleMapDataset")
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
         self._n = len(parent)
         self._cache: tuple[int, int, _seeds.IndexPermutation] | None = None
 
     def __len__(self) -> int:
         return self._n
 
-    def _fingerprint_fields(self):
-        return (self._window, self._seed)
+    def fingerprint_fields(self):
+        return {"window_size": self._window, "seed": self._seed}
 
     def __str__(self) -> str:
         return f"WindowShuffleMapDataset(window_size={self._window}, seed={self._seed})"
@@ -72,13 +74,13 @@ class WindowShuffleMapDataset(grain.MapDataset):
         self._cache = (epoch, window, perm)
         return perm
 
-    def _getitem(self, index: int):
+    def element_at(self, index: int):
         n = self._n
         if n == 0:
             raise IndexError("Cannot read from an empty dataset.")
         epoch, j = divmod(index, n)
         window, local = divmod(j, self._window)
-        return self._parent._getitem(
+        return self._parent.element_at(
             epoch * n + window * self._window + self._perm(epoch, window)(local)
         )
 
@@ -105,7 +107,7 @@ class WindowShuffleMapDataset(grain.MapDataset):
         return self._parent.__getitems__(epochs * n + windows * w + out)
 
 
-class WindowShuffleIterDataset(grain.IterDataset):
+class WindowShuffleIterDataset(OneParentIterDataset):
     """Reads ``window_size`` elements of ``parent``, yields them shuffled, and repeats.
 
     Window ``k`` (counted from 0) is ordered by ``IndexPermutation(len, derive_seed(seed, k))``; the
@@ -122,7 +124,7 @@ class WindowShuffleIterDataset(grain.IterDataset):
         super().__init__(parent)
         self._parent = parent
         self._window = _check_window_size(window_size, "WindowShuffleIterDataset")
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
 
     def __iter__(self):
         return _WindowShuffleIterator(iter(self._parent), self._window, self._seed)
@@ -131,7 +133,7 @@ class WindowShuffleIterDataset(grain.IterDataset):
         return f"WindowShuffleIterDataset(window_size={self._window}, seed={self._seed})"
 
 
-class _WindowShuffleIterator(grain.DatasetIterator):
+class _WindowShuffleIterator(OneParentIterator):
     kind = "WindowShuffleIterDataset"
 
     def __init__(self, parent: grain.DatasetIterator, window: int, seed: int):
@@ -192,14 +194,16 @@ class _WindowShuffleIterator(grain.DatasetIterator):
             seed=self._seed,
         )
 
-    def set_state(self, state):
-        _state.expect_state(
-            state,
-            self.kind,
-            ("parent", "window", "emitted"),
-            window_size=self._size,
-            seed=self._seed,
-        )
+    def state_fields(self):
+        return {
+            "parent": StateField.parent(),
+            "window": StateField.position(),
+            "emitted": StateField.position(0, self._size),
+            "window_size": StateField.identity(),
+            "seed": StateField.identity(),
+        }
+
+    def restore_state(self, state):
         self._parent.set_state(state["parent"])
         self._index = int(state["window"])
         self._buf, self._pos, self._exhausted = [], 0, False
