@@ -1,8 +1,8 @@
-"""Sessions: ``lint``, ``tests`` (kernel), one ``plugin-<name>`` per folder under ``plugins/``,
-``example-plugin``, ``integration`` (everything installed together), ``docs`` (site build and every
-Python block of README.md and docs/), ``install`` (the README's checkout install command in a fresh
-venv), ``build`` (sdists and wheels of every distribution, ``twine check``, a fresh venv from the
-wheels); on demand: ``demo``, ``bench``, ``train-e2e``.
+"""Sessions: ``lint``, ``typecheck`` (mypy), ``tests`` (kernel), one ``plugin-<name>`` per folder
+under ``plugins/``, ``example-plugin``, ``integration`` (everything installed together), ``docs``
+(site build and every Python block of README.md and docs/), ``install`` (the README's checkout
+install command in a fresh venv), ``build`` (sdists and wheels of every distribution, ``twine
+check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``, ``train-e2e``.
 
 Each plugin session installs the kernel and only that plugin with its own declared extras, so a
 plugin that forgot to declare a dependency fails its session.
@@ -36,6 +36,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = [
     "lint",
+    "typecheck",
     "tests",
     *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS),
     "example-plugin",
@@ -232,6 +233,13 @@ def _smoke(session: nox.Session, python: str, cwd: Path, from_wheels: bool) -> N
     )
     with session.chdir(cwd):  # not the checkout: imports come from the venv
         session.run(python, str(script), env={"JAX_PLATFORMS": "cpu"}, external=True)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy (pinned) over the kernel, grain_core/; settings in mypy.ini."""
+    _install(session, "-e", str(ROOT), "mypy==2.4.1")
+    session.run("mypy", *session.posargs)
 
 
 @nox.session

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,7 +127,7 @@ class _OperationsMapDataset(MapDataset):
         self._parent = parent
         self._sampler = sampler
         self._names = tuple(type(op).__name__ for op in ops)
-        steps = []
+        steps: list[tuple[int, Callable[..., Any]]] = []
         for op in ops:
             if isinstance(op, tr.Map):
                 steps.append((_MAP, op.map))
@@ -476,6 +476,7 @@ class DataLoaderIterator:
         )
         if self._it is None:
             self._open()
+        assert self._it is not None and isinstance(state, Mapping)  # opened; expect_state checked
         saved_workers = state.get("worker_count")
         try:
             self._it.set_state(state["iterator"])

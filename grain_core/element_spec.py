@@ -97,6 +97,7 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
         raise TypeError(
             f"get_element_spec expects a MapDataset or IterDataset, got {type(ds).__name__}."
         )
+    stage: Any = ds  # stage classes' own fields are read below
     own = getattr(type(ds), "_element_spec", None)
     if own is not None:
         return ds._element_spec  # type: ignore[union-attr]
@@ -109,7 +110,7 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
             )
         return spec
     if isinstance(ds, _MAPS):
-        transform = ds._transform
+        transform = stage._transform
         output_spec = getattr(transform, "output_spec", None)
         if output_spec is None:
             name = getattr(transform, "__qualname__", type(transform).__name__)
@@ -121,11 +122,11 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
             )
         return output_spec(get_element_spec(ds.parents[0]))
     if isinstance(ds, _BATCHES):
-        if ds._batch_fn is not None:
+        if stage._batch_fn is not None:
             raise NotImplementedError(
                 "Element spec inference is not supported with custom batching functions."
             )
-        size = ds._bs if ds._drop else None
+        size = stage._bs if stage._drop else None
         return tree.map_structure(
             lambda leaf: ShapeDtypeStruct(shape=(size, *leaf.shape), dtype=leaf.dtype),
             get_element_spec(ds.parents[0]),

@@ -7,8 +7,9 @@ known option). The option names and defaults are Grain 0.2.18's. An unknown name
 nothing. ``GRAIN_<NAME>`` environment variables (e.g. ``GRAIN_PY_DEBUG_MODE=1``) set an option's
 starting value, read once when the module is imported.
 
-Options that select TensorFlow implementations (``tf_*``) are stored and returned but have no effect:
-grain_core has no TensorFlow pipeline. See docs/migration.md for which options grain_core acts on.
+The options are stored and returned for code written against Grain; grain_core's pipelines do not
+read them (per-stage statistics are :mod:`grain_core.stats`; the ``tf_*`` options select TensorFlow
+implementations grain_core does not have). See docs/migration.md.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ exit, and the creator's ``with`` block also unlinks.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Sequence
 from multiprocessing import shared_memory
 from typing import Any
@@ -44,11 +45,9 @@ class SharedMemoryDataSource(shared_memory.ShareableList):
 
     def __getitem__(self, record_key: Any) -> Any:
         if isinstance(record_key, slice):
-            return [
-                super(SharedMemoryDataSource, self).__getitem__(i)
-                for i in range(len(self))[record_key]
-            ]
-        return super().__getitem__(int(record_key))
+            get = shared_memory.ShareableList.__getitem__
+            return [get(self, i) for i in range(len(self))[record_key]]
+        return super().__getitem__(operator.index(record_key))
 
     def __reduce__(self) -> Any:
         return (_attach, (self.shm.name,))

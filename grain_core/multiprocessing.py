@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterable
 from concurrent import futures
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 
@@ -108,7 +108,7 @@ class SharedMemoryArray(np.ndarray):
             raise ValueError("This SharedMemoryArray view has no shared-memory block.")
         return SharedMemoryArrayMetadata(name=self.shm.name, shape=self.shape, dtype=self.dtype)
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return type(self).from_metadata, (self.metadata,)
 
     def unlink_on_del(self) -> None:

@@ -75,9 +75,11 @@ class DatasetOptions:
         (checked after ``filter_check_min_elements`` elements); None disables the warning.
       filter_raise_threshold_ratio: raise instead, above this fraction; None disables it.
       filter_check_min_elements: how many elements a filter sees before the ratios are checked.
-      execution_tracking_mode: Grain's switch for per-stage timing (an ``ExecutionTrackingMode``).
+      execution_tracking_mode: Grain's switch for per-stage timing (an ``ExecutionTrackingMode``);
+        accepted and validated, not acted on: grain_core's stage timings are ``grain_core.stats``.
       min_shm_size: Grain's threshold (bytes) below which arrays are copied between processes
-        rather than passed through shared memory.
+        rather than passed through shared memory; accepted and validated, not acted on (the
+        runtime's own threshold is ``grain_core.runtime.shm.INBAND_LIMIT``).
     """
 
     filter_warn_threshold_ratio: float | None = 0.9

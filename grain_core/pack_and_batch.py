@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from grain_core import tree
-from grain_core.records import Record
+from grain_core.records import Record, RecordMetadata
 
 __all__ = ["PackAndBatchOperation"]
 
@@ -58,7 +58,7 @@ class _Batch:
         )
         self.free = [np.zeros(batch_size, dtype=np.int64) for _ in self.lengths]
         self.count = [0] * batch_size
-        self.metadata = None
+        self.metadata: RecordMetadata | None = None
 
     def try_add(self, record: Record) -> bool:
         values = _leaves(record.data)
@@ -97,6 +97,7 @@ class _Batch:
         self.count[row] += 1
 
     def record(self) -> Record:
+        assert self.metadata is not None  # a batch is emitted only after a record was added
         return Record(self.metadata, (self.data, self.segmentations, self.positions))
 
 

@@ -18,7 +18,8 @@ __all__ = ["RngPool"]
 
 
 def _position(rng: np.random.Generator, op_seed: int, index: int) -> None:
-    state = rng.bit_generator.state
+    state: dict = dict(rng.bit_generator.state)
+    state["state"] = dict(state["state"])
     state["state"]["counter"] = np.array([0, 0, op_seed, index], dtype=np.uint64)
     state["buffer"] = np.zeros(4, dtype=np.uint64)
     state["buffer_pos"] = 4

@@ -35,6 +35,8 @@ __all__ = [
     "check_state_fields",
     "check_state_int",
     "check_state_types",
+    "check_fingerprint",
+    "explain_stage_difference",
     "expect_state",
     "fingerprint",
     "make_state",
@@ -188,8 +190,14 @@ def _walk_shape(expected: Any, state: Any, identifying: frozenset | set, path: s
                 raise _mismatch(sub, "the state lacks this field (another pipeline or version)")
             if key in identifying:
                 if state[key] != value:
+                    why = None
+                    if key == "fingerprint":
+                        why = explain_stage_difference(state.get("stages"), expected.get("stages"))
                     raise _mismatch(
-                        sub, f"the state has {state[key]!r}, this pipeline has {value!r}"
+                        sub,
+                        f"{why} (the state's vs this pipeline's)"
+                        if why
+                        else f"the state has {state[key]!r}, this pipeline has {value!r}",
                     )
             else:
                 _walk_shape(value, state[key], identifying, sub)
@@ -430,3 +438,51 @@ def _walk_types(t: Any, s: Any, path: str) -> None:
             f"{type(s).__name__} {s!r}: the state was altered or corrupted. Restore a state "
             "returned by get_state()."
         )
+
+
+# --- readable pipeline differences -----------------------------------------------------------------
+
+
+def explain_stage_difference(saved: Any, current: Any) -> str | None:
+    """Says which field of which stage differs between two stage lists, or ``None``.
+
+    ``saved`` / ``current`` are the ``stages`` fields of two states: one JSON string per
+    ``MapDataset`` stage (``{"stage": class name, "length": n, field: value, ...}``, see
+    ``grain_core.dataset.base.stage_descriptions``). Returns e.g. ``"BatchMapDataset batch_size 32
+    vs 64"``; ``None`` when either list is missing or malformed or nothing differs.
+    """
+    if not isinstance(saved, list) or not isinstance(current, list):
+        return None
+    try:
+        a = [json.loads(x) for x in saved]
+        b = [json.loads(x) for x in current]
+    except (TypeError, ValueError):
+        return None
+    for x, y in zip(reversed(a), reversed(b)):  # from the sources up: the first cause first
+        if not isinstance(x, dict) or not isinstance(y, dict):
+            return None
+        if x.get("stage") != y.get("stage"):
+            return f"a {x.get('stage')} stage vs a {y.get('stage')} stage"
+        keys = [k for k in dict.fromkeys([*x, *y]) if k != "length"] + ["length"]
+        for key in keys:  # a stage's own fields first: a length follows from them
+            if x.get(key) != y.get(key):
+                return f"{x.get('stage')} {key} {x.get(key)!r} vs {y.get(key)!r}"
+    if len(a) != len(b):
+        return f"{len(a)} MapDataset stages vs {len(b)}"
+    return None
+
+
+def check_fingerprint(state: Any, kind: str, fingerprint: str, stages: list[str]) -> None:
+    """Refuses ``state`` if its ``fingerprint`` differs from ``fingerprint``, saying which field of
+    which stage differs (from the ``stages`` both sides record), not the digests. Changes nothing;
+    a state without a fingerprint is left to the other checks."""
+    if not isinstance(state, Mapping) or "fingerprint" not in state:
+        return
+    if state["fingerprint"] == fingerprint:
+        return
+    why = explain_stage_difference(state.get("stages"), stages)
+    raise StateMismatchError(
+        f"{kind}: the state comes from a different pipeline: "
+        + (why if why else f"fingerprint {state['fingerprint']!r} vs {fingerprint!r}")
+        + " (the state's value vs this pipeline's). Restore it into the pipeline that saved it."
+    )

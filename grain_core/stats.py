@@ -332,7 +332,7 @@ def _buffer_probe(it: Any) -> Any:
 
                 return fill
             if buf.maxlen:
-                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen
+                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen  # type: ignore[arg-type]
         if isinstance(buf, queue.Queue) and buf.maxsize:
             return lambda buf=buf: buf.qsize() / buf.maxsize
     return None
@@ -363,7 +363,7 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
 
     else:
 
-        def __next__(self, _orig=orig, _rec=rec, _probe=probe):
+        def __next__(self, _orig=orig, _rec=rec, _probe=probe):  # type: ignore[misc]
             try:
                 _rec.fill_sum += _probe()
                 _rec.fill_n += 1
@@ -380,7 +380,7 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
 
     from grain_core.dataset.base import DatasetIterator
 
-    ns = {"__next__": __next__}
+    ns: dict[str, Any] = {"__next__": __next__}
     orig_chunk = type(it).next_chunk
     if orig_chunk is not DatasetIterator.next_chunk:  # the chunk protocol: count its elements too
 
@@ -477,7 +477,10 @@ def _mp_with_stats(ds: Any) -> Any:
 
     def __iter__(self):
         return MultiprocessPrefetchDatasetIterator(
-            self._parents[0], self.multiprocessing_options, self.worker_init_fn, collect_stats=True
+            self._parents[0],
+            self.multiprocessing_options,
+            self.worker_init_fn,
+            collect_stats=worker_iterator,
         )
 
     new = copy.copy(ds)

@@ -22,7 +22,7 @@ from grain_core.checkpoint.errors import (
 from grain_core.runtime import elastic as _elastic
 from grain_core.state import StateMismatchError
 
-__all__ = ["elastic_process_state", "restore_across_process_counts"]
+__all__ = ["elastic_process_state"]
 
 
 def elastic_process_state(
@@ -39,6 +39,13 @@ def elastic_process_state(
         f"The iterator checkpoint in {where} was written by {n} JAX process(es), but this job runs "
         f"{process_count}"
     )
+    hook = getattr(iterator, "state_for_process_count", None)
+    if hook is not None:
+        # Iterators whose state does not depend on the process (ElasticIterator) answer themselves.
+        try:
+            return hook(states, process_index, process_count)
+        except ValueError as e:
+            raise CheckpointProcessCountError(f"{what}: {e}") from e
     try:
         if any(not isinstance(s, Mapping) for s in states):
             raise _elastic.NotElasticError(
@@ -65,28 +72,3 @@ def elastic_process_state(
         raise CheckpointPipelineMismatchError(
             f"{what}; re-sharding it failed because it comes from a different pipeline: {e}"
         ) from e
-
-
-def restore_across_process_counts(
-    iterator: Any, directory: Any, process_index: int, process_count: int
-) -> None:
-    """Reads every process's state in ``directory`` and restores ``iterator`` elastically."""
-    from grain_core.checkpoint import files
-
-    found = files.state_files(directory)
-    counts = sorted({c for _, c in found})
-    if len(counts) != 1:
-        raise CheckpointProcessCountError(
-            f"{directory} holds state files of {counts} process counts; cannot tell which to restore."
-        )
-    n = counts[0]
-    missing = [files.state_file_name(p, n) for p in range(n) if (p, n) not in found]
-    if missing:
-        raise CheckpointProcessCountError(
-            f"The iterator checkpoint in {directory} was written by {n} JAX process(es), but this "
-            f"job runs {process_count}; re-sharding it (elastic restore) needs every process's "
-            f"state and {missing} is missing. Restore with {n} process(es)."
-        )
-    states = [files.read_state_file(directory, p, n) for p in range(n)]
-    state = elastic_process_state(iterator, states, process_index, process_count, str(directory))
-    files.restore_iterator(iterator, state, f"the iterator checkpoint in {directory}")

@@ -36,6 +36,8 @@ def _plugins(args: argparse.Namespace) -> int:
     for p in plugins:
         head = f"{p.name}: {p.distribution or '(registered in-process)'} {p.version}".rstrip()
         lines = wrap(f"{head} [{p.status}]", "", "    ")
+        if p.reason:
+            lines += wrap(f"why: {p.reason}", "  ", "    ")
         if p.entry_point:
             lines += wrap(f"entry point: {p.entry_point}", "  ", "    ")
         if p.provides:

@@ -5,14 +5,18 @@
 ``None`` for missing (filtered) elements. ``IterDataset`` is a lazy ``Iterable`` whose ``__iter__``
 returns a checkpointable ``DatasetIterator``.
 
-Transformations are methods returning new datasets; their implementations live in sibling modules and
-are imported on use. Plugin-provided factories (``MapDataset.range``) resolve through the metaclass.
+Transformations are methods returning new datasets; their implementations live in sibling modules
+(and, for ``mp_prefetch`` and ``save``/``load``, in the runtime and checkpoint layers above), which
+import this module. This module never imports them: they install themselves into :data:`installed`
+(see ``docs/architecture.md``). Plugin-provided factories (``MapDataset.range``) resolve through the
+metaclass.
 """
 
 from __future__ import annotations
 
 import abc
 import functools
+import json
 import operator
 import sys
 import threading
@@ -33,7 +37,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 S = TypeVar("S")
 
-__all__ = ["MapDataset", "IterDataset", "DatasetIterator"]
+
+class _Installed:
+    """The stage classes and functions this module's methods build, installed by the modules that
+    define them: ``grain_core.dataset`` installs its own stages, ``grain_core._wiring`` the runtime's
+    and checkpoint's. Importing ``grain_core`` (or any of its modules) installs all of them, so the
+    dependency points up only at run time, never as an import."""
+
+    def install(self, **implementations: Any) -> None:
+        vars(self).update(implementations)
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"grain_core's {name} is not installed: import grain_core (not grain_core.dataset.base "
+            "alone, e.g. from a file path) to wire the kernel's layers together."
+        )
+
+
+installed = _Installed()
+
+__all__ = ["MapDataset", "IterDataset", "DatasetIterator", "stage_descriptions"]
 
 _DEFAULT_BASE_SEED = 0
 
@@ -117,9 +140,7 @@ class _DatasetBase:
         return func(self, *args, **kwargs)
 
     def __repr__(self) -> str:
-        from grain_core.dataset.describe import describe
-
-        return describe(self)
+        return installed.describe(self)
 
 
 def _plugin_factory(cls: type, name: str) -> Any:
@@ -139,29 +160,21 @@ class MapDatasetMeta(abc.ABCMeta):
 
     def source(cls, source: Any) -> MapDataset:
         """Returns a dataset over ``source``: any ``Sequence`` or ``RandomAccessDataSource``."""
-        from grain_core.dataset.map_ops import SourceMapDataset
-
-        return SourceMapDataset(source)
+        return installed.SourceMapDataset(source)
 
     def concatenate(cls, datasets: Sequence[MapDataset]) -> MapDataset:
         """Returns the elements of ``datasets`` one after another (epoch ``n`` of each)."""
-        from grain_core.dataset.mixing import ConcatenateMapDataset
-
-        return ConcatenateMapDataset(datasets)
+        return installed.ConcatenateMapDataset(datasets)
 
     def mix(cls, datasets: Sequence[MapDataset], weights: Sequence[float] | None = None) -> MapDataset:
         """Returns ``datasets`` interleaved in proportion to ``weights`` (uniform by default)."""
-        from grain_core.dataset.mixing import MixedMapDataset
-
-        return MixedMapDataset(datasets, weights)
+        return installed.MixedMapDataset(datasets, weights)
 
     def select_from_datasets(
         cls, datasets: Sequence[MapDataset], selection_map: DatasetSelectionMap
     ) -> MapDataset:
         """Returns a dataset whose index ``i`` is ``datasets[d][j]`` for ``(d, j) = selection_map[i]``."""
-        from grain_core.dataset.mixing import SelectionMapDataset
-
-        return SelectionMapDataset(datasets, selection_map)
+        return installed.SelectionMapDataset(datasets, selection_map)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
@@ -270,46 +283,32 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def seed(self, seed: int) -> MapDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        from grain_core.dataset.map_ops import SeedMapDataset
-
-        return SeedMapDataset(self, seed)
+        return installed.SeedMapDataset(self, seed)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """Returns the same elements globally shuffled, differently in every epoch."""
-        from grain_core.dataset.map_ops import ShuffleMapDataset
-
-        return ShuffleMapDataset(self, seed=seed)
+        return installed.ShuffleMapDataset(self, seed=seed)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """Returns the elements at the positions of ``sl`` (``ds[a:b:c]`` is the same)."""
-        from grain_core.dataset.map_ops import SliceMapDataset
-
-        return SliceMapDataset(self, sl)
+        return installed.SliceMapDataset(self, sl)
 
     def map(self, transform: Any) -> MapDataset:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        from grain_core.dataset.map_ops import MapMapDataset
-
-        return MapMapDataset(self, transform)
+        return installed.MapMapDataset(self, transform)
 
     def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset:
         """Returns elements passed through ``transform(x, rng)``, ``rng`` a pure function of
         (seed, index)."""
-        from grain_core.dataset.map_ops import RandomMapMapDataset
-
-        return RandomMapMapDataset(self, transform, seed=seed)
+        return installed.RandomMapMapDataset(self, transform, seed=seed)
 
     def map_with_index(self, transform: Any) -> MapDataset:
         """Returns ``transform(index, element)`` for each element."""
-        from grain_core.dataset.map_ops import MapWithIndexMapDataset
-
-        return MapWithIndexMapDataset(self, transform)
+        return installed.MapWithIndexMapDataset(self, transform)
 
     def filter(self, transform: Any) -> MapDataset[T]:
         """Returns the dataset with ``None`` where ``transform(element)`` is false."""
-        from grain_core.dataset.map_ops import FilterMapDataset
-
-        return FilterMapDataset(self, transform)
+        return installed.FilterMapDataset(self, transform)
 
     def batch(
         self,
@@ -319,9 +318,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> MapDataset[S]:
         """Returns consecutive elements of each epoch grouped by ``batch_size``, stacked leafwise."""
-        from grain_core.dataset.map_ops import BatchMapDataset
-
-        return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return installed.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
@@ -329,23 +326,17 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
         (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
         epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
-        from grain_core.dataset.map_ops import RepeatMapDataset
-
-        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
+        return installed.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        from grain_core.dataset.apply import apply_transformations
-
-        return apply_transformations(self, transformations)
+        return installed.apply_transformations(self, transformations)
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
     ) -> IterDataset[T]:
         """Returns an ``IterDataset`` over this dataset, read ahead by ``read_options`` threads."""
-        from grain_core.dataset.prefetch import PrefetchIterDataset
-
-        return PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
+        return installed.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
 
 
 class IterDatasetMeta(abc.ABCMeta):
@@ -357,9 +348,7 @@ class IterDatasetMeta(abc.ABCMeta):
         weights: Sequence[float] | Mapping[str, float] | None = None,
     ) -> IterDataset:
         """Returns ``datasets`` interleaved by ``weights``; stops when any input is exhausted."""
-        from grain_core.dataset.mixing import MixedIterDataset
-
-        return MixedIterDataset(datasets, weights)
+        return installed.MixedIterDataset(datasets, weights)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
@@ -384,33 +373,23 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        from grain_core.dataset.iter_ops import SeedIterDataset
-
-        return SeedIterDataset(self, seed)
+        return installed.SeedIterDataset(self, seed)
 
     def map(self, transform: Any) -> IterDataset:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        from grain_core.dataset.iter_ops import MapIterDataset
-
-        return MapIterDataset(self, transform)
+        return installed.MapIterDataset(self, transform)
 
     def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset:
         """Returns ``transform(x, rng)``, ``rng`` a pure function of (seed, element count)."""
-        from grain_core.dataset.iter_ops import RandomMapIterDataset
-
-        return RandomMapIterDataset(self, transform, seed=seed)
+        return installed.RandomMapIterDataset(self, transform, seed=seed)
 
     def map_with_index(self, transform: Any) -> IterDataset:
         """Returns ``transform(i, element)`` where ``i`` counts elements from 0."""
-        from grain_core.dataset.iter_ops import MapWithIndexIterDataset
-
-        return MapWithIndexIterDataset(self, transform)
+        return installed.MapWithIndexIterDataset(self, transform)
 
     def filter(self, transform: Any) -> IterDataset[T]:
         """Returns only the elements for which ``transform(element)`` is true."""
-        from grain_core.dataset.iter_ops import FilterIterDataset
-
-        return FilterIterDataset(self, transform)
+        return installed.FilterIterDataset(self, transform)
 
     def batch(
         self,
@@ -420,15 +399,11 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> IterDataset[S]:
         """Returns consecutive elements grouped by ``batch_size``, stacked leafwise."""
-        from grain_core.dataset.iter_ops import BatchIterDataset
-
-        return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return installed.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def apply(self, transformations: Any) -> IterDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        from grain_core.dataset.apply import apply_transformations
-
-        return apply_transformations(self, transformations)
+        return installed.apply_transformations(self, transformations)
 
     def mp_prefetch(
         self,
@@ -443,16 +418,13 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
         refused with ``ValueError``: workers read strided slices (``i::num_workers``).
         """
-        from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
-
         if sequential_slice:
             raise ValueError(
                 "mp_prefetch(sequential_slice=True) is not supported: grain_core workers read "
                 "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
                 "docs/migration.md)."
             )
-
-        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
+        return installed.MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated alias of :meth:`mp_prefetch`."""
@@ -524,6 +496,11 @@ class DatasetIterator(Iterator[T], abc.ABC):
         exactly what it would have. Stages implement :meth:`check_state` / :meth:`restore_state`;
         a subclass that overrides ``set_state`` itself (Grain style) gets (1) and the rollback too.
         """
+        if (
+            type(self).restore_state is DatasetIterator.restore_state
+            and type(self).set_state is not DatasetIterator.set_state
+        ):
+            return  # a Grain-style set_state calling super(): the base has nothing to restore
         self.check_state(state)
         self.restore_state(state)
 
@@ -620,15 +597,11 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
         The state is captured before returning (not when the coroutine runs), as Orbax expects.
         """
-        from grain_core.checkpoint import save_iterator_state
-
-        return save_iterator_state(self, directory)
+        return installed.save_iterator_state(self, directory)
 
     async def load(self, directory: Any) -> None:
         """Reads a state written by :meth:`save` from ``directory`` and sets it."""
-        from grain_core.checkpoint import load_iterator_state
-
-        await load_iterator_state(self, directory)
+        await installed.load_iterator_state(self, directory)
 
 
 _rollback = threading.local()
@@ -682,6 +655,43 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
 
 
 DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign]
+
+
+def _describe_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 120:  # a long source description: a readable head and a digest of the rest
+        text = f"{text[:100]}...{_state.fingerprint(text)}"
+    return text
+
+
+def stage_descriptions(ds: MapDataset) -> list[str]:
+    """One JSON string per stage of ``ds``'s ``MapDataset`` chain, ``ds`` first, depth first:
+    ``{"stage": class name, "length": len (-1: infinite), **fingerprint_fields()}``.
+
+    A ``to_iter_dataset`` state records these next to its fingerprint, so that a refused state says
+    which field of which stage differs (:func:`grain_core.state.explain_stage_difference`).
+    Strings, so that :func:`grain_core.state.check_same_pipeline` never compares them itself.
+    """
+    out: list[str] = []
+
+    def visit(d: MapDataset) -> None:
+        n = len(d)
+        entry: dict[str, Any] = {"stage": type(d).__name__, "length": -1 if n >= sys.maxsize else n}
+        if type(d)._fingerprint_fields is MapDataset._fingerprint_fields:
+            fields = d.fingerprint_fields()
+        else:  # a kernel stage with unnamed fields
+            fields = {"fields": d._fingerprint_fields()} if d._fingerprint_fields() else {}
+        for key, value in fields.items():
+            entry[str(key)] = _describe_value(value)
+        out.append(json.dumps(entry, separators=(",", ":")))
+        for p in d.parents:
+            if isinstance(p, MapDataset):
+                visit(p)
+
+    visit(ds)
+    return out
 
 
 def infinite_length() -> int:

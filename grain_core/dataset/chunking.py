@@ -15,12 +15,17 @@ from typing import Any
 
 from grain_core.dataset.base import DatasetIterator
 
-__all__ = ["can_unread", "mix_chunk", "mix_unread"]
+__all__ = ["can_unread", "mix_chunk", "mix_unread", "unread"]
 
 
 def can_unread(it: DatasetIterator) -> bool:
     """Whether ``it`` can move back over elements its latest ``next``/``next_chunk`` returned."""
     return getattr(it, "_unread", None) is not None
+
+
+def unread(it: DatasetIterator, count: int) -> None:
+    """Moves ``it`` (for which :func:`can_unread` is true) back over ``count`` elements."""
+    it._unread(count)  # type: ignore[attr-defined]
 
 
 def mix_chunk(
@@ -54,7 +59,7 @@ def mix_chunk(
         taken[d] = i + 1
     for d, g in enumerate(got):
         if len(g) > taken[d]:
-            parents[d]._unread(len(g) - taken[d])
+            unread(parents[d], len(g) - taken[d])
     return out
 
 
@@ -68,4 +73,4 @@ def mix_unread(
         back[order[p % period]] += 1
     for d, c in enumerate(back):
         if c:
-            parents[d]._unread(c)
+            unread(parents[d], c)

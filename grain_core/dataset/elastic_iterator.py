@@ -121,6 +121,20 @@ class _ElasticDatasetIterator(DatasetIterator):
         self._close_inner()
         self._global_next_index = index
 
+    def state_for_process_count(
+        self, states: list[Any], process_index: int, process_count: int
+    ) -> dict[str, Any]:
+        """The state to restore when ``states`` were saved by ``len(states)`` processes and this job
+        runs ``process_count``: every shard saved the same position, so any of them (checked equal)."""
+        positions = {s.get(_KEY) if isinstance(s, Mapping) else None for s in states}
+        if len(positions) != 1 or None in positions:
+            raise ValueError(
+                f"the ElasticIterator states of the {len(states)} processes are at different "
+                f"positions {sorted(map(str, positions))}; ElasticIterator restores elastically only "
+                "when every shard advanced the same number of steps."
+            )
+        return dict(states[0])
+
     def _close_inner(self) -> None:
         inner = self.__dict__.pop("_iterator", None)
         if inner is not None:
@@ -199,6 +213,12 @@ class ElasticIterator(IterDataset):
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Moves the (single) iterator to ``state`` (saved with any shard count)."""
         self._default_iterator.set_state(state)
+
+    def state_for_process_count(
+        self, states: list[Any], process_index: int, process_count: int
+    ) -> dict[str, Any]:
+        """See ``_ElasticDatasetIterator.state_for_process_count`` (used by checkpoint restore)."""
+        return self._default_iterator.state_for_process_count(states, process_index, process_count)
 
     def close(self) -> None:
         """Closes the iterator, if one was started."""

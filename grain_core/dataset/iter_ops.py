@@ -12,7 +12,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
-from grain_core.dataset.chunking import can_unread
+from grain_core.dataset.chunking import can_unread, unread
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.prefetch import FilterRatioCheck
 from grain_core.options import DatasetOptions
@@ -113,6 +113,7 @@ class _ChunkedOneToOne(_OneParentIterator):
 
     def _raise_pending(self) -> None:
         e, self._pending = self._pending, None
+        assert e is not None
         raise e
 
     def _take_replay(self, n: int) -> list[Any]:
@@ -158,7 +159,7 @@ class _ChunkedOneToOne(_OneParentIterator):
         if isinstance(e, Exception):
             self._count = i + 1
         elif self._chunked:
-            self._parent._unread(1)
+            unread(self._parent, 1)
         self._last_out = []
         _error_note(e, self._where(), i)
 
@@ -187,16 +188,16 @@ class _ChunkedOneToOne(_OneParentIterator):
             self._last_out = []
             _error_note(e, self._where(), start + len(done))
             if isinstance(e, Exception) and done:
-                self._parent._unread(len(chunk) - len(done) - 1)
+                unread(self._parent, len(chunk) - len(done) - 1)
                 self._pending = e
                 self._count = start + len(done) + 1
                 self._last_out = done
                 return done
             if isinstance(e, Exception):
-                self._parent._unread(len(chunk) - 1)
+                unread(self._parent, len(chunk) - 1)
                 self._count = start + 1
             else:
-                self._parent._unread(len(chunk))
+                unread(self._parent, len(chunk))
             raise
         self._count = start + len(out)
         self._last_out = out
@@ -214,7 +215,7 @@ class _ChunkedOneToOne(_OneParentIterator):
             back += 1
         self._replay = given_back + self._replay
         self._last_out = last[: len(last) - count]
-        self._parent._unread(back)
+        unread(self._parent, back)
         self._count -= back
 
     def _set_extra_state(self, state):
@@ -242,7 +243,7 @@ class _PassThroughIterator(DatasetIterator):
         return self._parent.next_chunk(max_elements)
 
     def _unread(self, count: int) -> None:
-        self._parent._unread(count)
+        unread(self._parent, count)
 
     def get_state(self):
         return self._parent.get_state()
@@ -436,6 +437,7 @@ class _FilterIterator(_OneParentIterator):
 
     def _raise_pending(self) -> None:
         e, self._pending = self._pending, None
+        assert e is not None
         raise e
 
     def __next__(self):
@@ -459,7 +461,7 @@ class _FilterIterator(_OneParentIterator):
                     if isinstance(e, Exception):
                         self._tested += 1
                     elif self._chunked:
-                        parent._unread(1)
+                        unread(parent, 1)
                     raise
                 self._seen_total += 1
                 if keep:
@@ -511,14 +513,14 @@ class _FilterIterator(_OneParentIterator):
                 self._last = (0, [])
                 if isinstance(e, Exception):  # the failing element is consumed
                     self._tested += k + 1
-                    parent._unread(n - k - 1)
+                    unread(parent, n - k - 1)
                     kept = list(itertools.compress(chunk, verdicts))
                     if kept:
                         self._pending = e
                         self._last = (k + 1, verdicts)
                         return kept
                 else:  # interrupted: nothing of the chunk is consumed
-                    parent._unread(n)
+                    unread(parent, n)
                     self._replay = verdicts  # (what was remembered is part of this chunk)
                 raise
             n = len(chunk)
@@ -531,7 +533,7 @@ class _FilterIterator(_OneParentIterator):
                     if verdicts[idx]:
                         found += 1
                     idx += 1
-                parent._unread(n - idx)
+                unread(parent, n - idx)
                 self._replay = verdicts[idx:] + self._replay
                 self._tested += idx
                 self._last = (idx, verdicts[:idx])
@@ -566,7 +568,7 @@ class _FilterIterator(_OneParentIterator):
             pos -= 1
             if verdicts[pos]:
                 count -= 1
-        self._parent._unread(n - pos)
+        unread(self._parent, n - pos)
         # Verdicts known for the elements given back, and the error of a failing one after them.
         given_back = verdicts[pos:]
         if self._pending is not None:
@@ -636,7 +638,7 @@ class _BatchIterator(_OneParentIterator):
                     # More calls follow: note where the batch began, so an interrupt in one of
                     # them can put the parent back (the elements are served again from replay).
                     k = len(chunk)
-                    parent._unread(k)
+                    unread(parent, k)
                     before = parent.get_state()
                     chunk = []
                     while len(chunk) < k:

@@ -43,7 +43,7 @@ from concurrent import futures
 from typing import Any
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
 from grain_core.dataset.sharing import claim_worker_share
 from grain_core.options import DatasetOptions, ReadOptions
 
@@ -170,6 +170,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._ds = ds
         self._len = len(ds)
         self._fingerprint = map_fingerprint(ds)
+        self._stages = stage_descriptions(ds)
         self._next_index = 0
         self._reset_buffer()
 
@@ -283,6 +284,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not self._buffer:
                 return False
         start, stop, fut = self._buffer[0]
+        items: Any
         lazy = False
         try:
             if fut is None:
@@ -396,9 +398,11 @@ class PrefetchDatasetIterator(DatasetIterator):
             fingerprint=self._fingerprint,
             length=self._len if self._len < sys.maxsize else -1,
             next_index=self._position(),
+            stages=self._stages,
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
+        _state.check_fingerprint(state, "to_iter_dataset", self._fingerprint, self._stages)
         _state.expect_state(
             state,
             "PrefetchDatasetIterator",
@@ -490,7 +494,7 @@ def _nbytes(x: Any) -> int:
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
-    from grain_core.dataset import iterator_tree
+    from grain_core.dataset.trees import iterator_tree
 
     found = [n for n in iterator_tree(ds_iter) if isinstance(n, PrefetchDatasetIterator)]
     if len(found) != 1:

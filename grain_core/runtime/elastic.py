@@ -281,7 +281,7 @@ def _chain_position(saved: Any, parts: tuple, target: ElasticTarget, where: str)
     tl = _leaf(target.chain_template, "this pipeline")
     for key in ("fingerprint", "length"):
         if key in tl:
-            nl[key] = tl[key]
+            nl[key] = tl[key]  # type: ignore[index]  # a deep copy: a dict
     _state.check_same_pipeline(target.chain_template, neutral, where=where)
     return int(leaf["next_index"])
 

@@ -242,7 +242,7 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
         parent: IterDataset,
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None,
-        collect_stats: bool = False,
+        collect_stats: Callable[[Any], Any] | None = None,
     ):
         super().__init__()
         import cloudpickle
@@ -601,7 +601,7 @@ def _worker_main(
     prefix: str,
     nslots: int,
     profiling: bool,
-    collect_stats: bool = False,
+    collect_stats: Callable[[Any], Any] | None = None,
 ) -> None:
     """Entry point of worker ``index`` of ``count``; returns when stopped or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle.
@@ -681,10 +681,8 @@ class _WorkerLoop:
         from grain_core.dataset.sharing import worker_share
 
         with worker_share(self.index, self.count) as share:
-            if self.collect_stats:
-                from grain_core.stats import worker_iterator
-
-                it, self.stats_report = worker_iterator(self.ds)
+            if self.collect_stats:  # grain_core.stats.worker_iterator, passed down by stats
+                it, self.stats_report = self.collect_stats(self.ds)
             else:
                 it = iter(self.ds)
         if not share.claimed and self.count > 1:

@@ -83,7 +83,7 @@ class _Producer:
             except StopIteration:
                 item = ("end", _END, parent.get_state())
             except BaseException as e:  # re-raised by the consumer at this position
-                item = ("err", e, None)
+                item = ("err", e, None)  # type: ignore[assignment]
             with cond:
                 if self.stop_flag:
                     return

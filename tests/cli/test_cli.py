@@ -175,7 +175,7 @@ def test_new_plugin_refuses_bad_names_and_existing_dirs(tmp_path):
     assert run("new-plugin", "9bad", "--dir", str(tmp_path), check=False).returncode == 2
     run("new-plugin", "ok", "--dir", str(tmp_path))
     proc = run("new-plugin", "ok", "--dir", str(tmp_path), check=False)
-    assert proc.returncode == 2 and "exists" in proc.stdout
+    assert proc.returncode == 2 and "exists" in proc.stderr
 
 
 MP_PIPELINE = textwrap.dedent(

@@ -9,7 +9,7 @@ Run manually in a side virtual environment that has google's grain (with orbax-c
 
 The JSON lists, for every public module Grain users import, each public name with its kind and, for
 callables, the parameters of ``inspect.signature`` (for classes: of ``__init__``, plus the public
-methods). ``tests/compat/test_surface.py`` checks grain_core against it; grain_core's tests never
+methods). ``tests/integration/test_grain_surface.py`` checks grain_core against it; grain_core's tests never
 need grain installed.
 """
 

@@ -6,6 +6,7 @@ Expected values come from ``data/grain_0_2_18_outputs.json``, recorded from goog
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -392,3 +393,67 @@ def test_constants_are_grains():
         "_record",
     }
     assert pg.RECORD_KEY == "_record_key"
+
+
+def test_elastic_iterator_checkpoint_files_restore_on_another_process_count(tmp_path):
+    # MaxText saves one state file per JAX process; restoring on fewer processes reads them all.
+    from grain_core.checkpoint import CheckpointProcessCountError, write_state_file
+    from grain_core.checkpoint.files import restore_across_process_counts
+
+    ds = grain.MapDataset.range(64).shuffle(seed=5)
+    before = [grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(p, 4)) for p in range(4)]
+    seen = []
+    for p, it in enumerate(before):
+        for _ in range(3):
+            seen += next(it).tolist()
+        write_state_file(tmp_path, it.get_state(), p, 4)
+    for p in range(2):
+        it = grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(p, 2))
+        restore_across_process_counts(it, tmp_path, p, 2)
+        seen += [x for batch in it for x in batch.tolist()]
+    assert sorted(seen) == list(range(64))
+
+    lagging = tmp_path / "lagging"
+    for p, it in enumerate(before):
+        if p == 0:
+            next(it)
+        write_state_file(lagging, it.get_state(), p, 4)
+    it = grain.experimental.ElasticIterator(ds, 8, grain.ShardOptions(0, 2))
+    with pytest.raises(CheckpointProcessCountError, match="different positions"):
+        restore_across_process_counts(it, lagging, 0, 2)
+    assert it.get_state()["global_next_index"] == 0
+
+
+def test_elastic_iterator_through_orbax_with_the_legacy_pygrain_names(tmp_path):
+    import orbax.checkpoint as ocp  # the kernel's [orbax] extra, installed for its tests
+    ds = pg.MapDataset.range(40)
+    it = pg.experimental.ElasticIterator(ds, 4, pg.ShardOptions(0, 1))
+    next(it), next(it)
+    handlers = {"data": pg.PyGrainCheckpointHandler()}
+    with ocp.CheckpointManager(tmp_path, item_handlers=handlers) as mngr:
+        mngr.save(1, args=ocp.args.Composite(data=pg.PyGrainCheckpointSave(it)), force=True)
+        mngr.wait_until_finished()
+    resumed = pg.experimental.ElasticIterator(ds, 8, pg.ShardOptions(0, 2))  # another shard count
+    with ocp.CheckpointManager(tmp_path, item_handlers={"data": pg.PyGrainCheckpointHandler()}) as mngr:
+        mngr.restore(1, args=ocp.args.Composite(data=pg.PyGrainCheckpointRestore(resumed)))
+    assert resumed.get_state()["global_next_index"] == 8
+    assert next(resumed).tolist() == [8, 10, 12, 14]
+
+
+def test_compat_stages_pass_the_conformance_kit():
+    # Local functions travel by value to the fresh process of check_state_round_trip_in_fresh_process.
+    def elastic(n=40):
+        ds = grain.MapDataset.range(n).shuffle(seed=1)
+        return grain.experimental.ElasticIterator(ds, 4, grain.ShardOptions(1, 2))
+
+    def cache(n=9):
+        return grain.experimental.CacheIterDataset(grain.MapDataset.range(n).to_iter_dataset())
+
+    def multithread(n=11):
+        ds = grain.MapDataset.range(n).map(lambda x: x * 2).to_iter_dataset()
+        return grain.experimental.multithread_prefetch(ds, 3, 2)
+
+    from grain_core import testing
+
+    for make, other in ((elastic, 80), (cache, 30), (multithread, 30)):
+        testing.check_stage(make, foreign=functools.partial(make, other))

@@ -206,7 +206,7 @@ def test_in_process_alias_and_its_limits(tmp_path):
         import grain_core, grain_core.compat as c
         c.install_grain_alias(); c.install_grain_alias()  # idempotent
         import grain, grain.python as legacy, grain.python.experimental as pe
-        from grain.experimental import ElasticIterator, TFRecordIterDataset
+        from grain.experimental import ElasticIterator, get_element_spec
         import grain.checkpoint, grain.multiprocessing, grain.constants
         print(grain is grain_core, legacy is grain_core.python, pe.ElasticIterator is ElasticIterator)
         print(grain.constants.RECORD_KEY, grain.config is grain_core.config)
@@ -232,3 +232,16 @@ def test_alias_refused_after_another_grain_was_imported(tmp_path, installed_grai
     probe = "import grain, grain_core.compat as c\ntry:\n    c.install_grain_alias(replace_installed=True)\nexcept c.GrainAliasError as e:\n    print('already imported' in str(e), c.is_grain_alias_installed())"
     proc = _run(["-c", probe], tmp_path, _env(PYTHONPATH=str(installed_grain)))
     assert proc.stdout.split() == ["True", "False"], proc.stderr
+
+
+def test_pth_commands_of_the_launcher(tmp_path):
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    proc = _run(["-m", "grain_core.compat", "install-pth", "--site-dir", str(site_dir)], tmp_path)
+    assert proc.returncode == 0 and (site_dir / pth.PTH_NAME).read_text() == pth.PTH_LINE
+    proc = _run(["-m", "grain_core.compat", "status"], tmp_path)
+    assert "alias installed in this process: False" in proc.stdout
+    proc = _run(["-m", "grain_core.compat", "uninstall-pth", "--site-dir", str(site_dir)], tmp_path)
+    assert proc.stdout.strip() == "removed" and not (site_dir / pth.PTH_NAME).exists()
+    proc = _run(["-m", "grain_core.compat", "frobnicate"], tmp_path)
+    assert proc.returncode == 2 and "unknown command" in proc.stderr

@@ -214,7 +214,8 @@ def test_first_element_after_restart_is_read_by_the_caller():
     ds = R(600).map(note).to_iter_dataset(grain.ReadOptions(num_threads=8))
     with iter(ds) as it:
         assert next(it) == 0
-        assert where == [threading.current_thread().name]
+        # the caller read element 0 itself; pool threads may already be reading ahead by now
+        assert where[0] == threading.current_thread().name
         for _ in range(300):
             next(it)
         # after a few milliseconds of reading by the caller, the pool took over

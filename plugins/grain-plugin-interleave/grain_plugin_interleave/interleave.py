@@ -132,6 +132,14 @@ class InterleaveIterDataset(grain.IterDataset):
             iter_buffer_size=self._iter_buffer,
         )
 
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's ``set_slice``: from now on interleave only ``datasets[sl]``."""
+        del sequential_slice  # a slice of the datasets is read in full either way, as in Grain
+        if not isinstance(sl, slice):
+            raise TypeError(f"set_slice takes a slice, got {type(sl).__name__}.")
+        self._datasets = self._datasets[sl]
+        self._n = len(self._datasets)
+
     def __iter__(self):
         # In an mp_prefetch worker, read this worker's share of the datasets (as Grain does).
         share = claim_worker_share()

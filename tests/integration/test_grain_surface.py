@@ -1,7 +1,8 @@
 """grain_core has every public name and keyword of google grain 0.2.18.
 
-``data/grain_0_2_18_surface.json`` was recorded from google grain 0.2.18 by
-``record_grain_surface.py`` (run manually in a side venv); grain is not needed here. For each public
+``tests/compat/data/grain_0_2_18_surface.json`` was recorded from google grain 0.2.18 by
+``tests/compat/record_grain_surface.py`` (run manually in a side venv); grain is not needed here.
+An integration test: the names of every first-party plugin must be installed. For each public
 module ``grain.X`` the matching ``grain_core.X`` must have every recorded name, of the same kind, and
 every callable must accept every parameter Grain's accepts, the same way (positional parameters at
 the same positions, keyword parameters by name). Extra parameters of ours must have defaults.
@@ -17,7 +18,11 @@ import types
 
 import pytest
 
-DATA = json.loads((pathlib.Path(__file__).parent / "data" / "grain_0_2_18_surface.json").read_text())
+DATA = json.loads(
+    (
+        pathlib.Path(__file__).parents[1] / "compat" / "data" / "grain_0_2_18_surface.json"
+    ).read_text()
+)
 
 # Grain names that are Grain's internals, not API: each with the reason it has no equivalent.
 NOT_API = {
@@ -42,7 +47,6 @@ METHOD_CLASSES = {
     "DataLoader",
     "DataLoaderIterator",
     "PyGrainDatasetIterator",
-    "ElasticIterator",
     "RngPool",
     "SharedMemoryArray",
     "SharedMemoryArrayMetadata",
@@ -54,6 +58,19 @@ METHOD_CLASSES = {
     "Metric",
     "EventMetric",
     "Bucketer",
+    "CheckpointHandler",
+    "PyGrainCheckpointHandler",
+    "InterleaveIterDataset",
+    "ElasticIterator",
+    "CacheIterDataset",
+    "TFRecordIterDataset",
+    "PackAndBatchOperation",
+    "ShapeDtypeStruct",
+    "ReadOptions",
+    "MultiprocessingOptions",
+    "ShardOptions",
+    "IndexSampler",
+    "Record",
 }
 
 
@@ -121,12 +138,20 @@ def _check_params(where: str, ours, recorded: list[dict] | None) -> list[str]:
                 )
         if kind in ("POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY") and p.kind == p.POSITIONAL_ONLY:
             problems.append(f"{where}: {r['name']!r} cannot be passed by keyword")
-        if r["has_default"] and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        if (
+            r["has_default"]
+            and p.default is p.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ):
             problems.append(f"{where}: {r['name']!r} is optional in Grain but required here")
     for p in params:
         if p.name in ("self", "cls") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if p.default is p.empty and p.name not in grain_names and not (grain_varargs or grain_varkw):
+        if (
+            p.default is p.empty
+            and p.name not in grain_names
+            and not (grain_varargs or grain_varkw)
+        ):
             problems.append(f"{where}: our required parameter {p.name!r} is not Grain's")
     return problems
 
