@@ -405,7 +405,7 @@ def _walk_types(t: Any, s: Any, path: str) -> None:
         ok = isinstance(s, bool)
     elif isinstance(t, numbers.Integral):
         ok = isinstance(s, numbers.Integral) and not isinstance(s, bool)
-        if ok and t >= 0 and s < 0:
+        if ok and int(t) >= 0 and int(s) < 0:
             raise InvalidStateError(
                 f"{path} must be >= 0 (a position; this pipeline's is {t}), got {s}: the state was "
                 "altered or corrupted. Restore a state returned by get_state()."

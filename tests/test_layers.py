@@ -1,7 +1,8 @@
 """Imports inside ``grain_core/`` point down the layers of ``docs/architecture.md``, with no circle.
 
 Every module of the kernel is parsed with :mod:`ast` (nothing is imported) and every ``import`` in it
-is an edge: at module level, inside functions and methods, under ``if TYPE_CHECKING:`` — all of them.
+is an edge: at module level, inside functions and methods, under ``if TYPE_CHECKING:`` — all of them,
+and ``importlib.import_module("grain_core....")`` / ``__import__`` with a literal name too.
 ``LAYERS`` below is the one table of the layer order; ``docs/architecture.md`` shows the same table
 (checked here too). To place a new module, add its name (or a pattern) to the right layer.
 
@@ -105,6 +106,11 @@ def _nearest_module(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+def _is_dynamic_import(func: ast.expr) -> bool:
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in ("import_module", "__import__")
+
+
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
     """The kernel modules ``module`` imports, anywhere in its code, with the first line of each."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -122,6 +128,11 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> dict[str, i
                 base = ".".join([*anchor, base] if base else anchor)
             # ``from pkg import name``: the submodule ``pkg.name`` where there is one, else ``pkg``.
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node.func):
+            # importlib.import_module("grain_core.x") / __import__("grain_core.x"): an import too
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                targets = [arg.value]
         for target in targets:
             if target.split(".")[0] != "grain_core":
                 continue
@@ -219,7 +230,9 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     (src / "__init__.py").write_text("")
     (src / "sub" / "__init__.py").write_text("from . import leaf\n")
     (src / "sub" / "leaf.py").write_text("def f():\n    from grain_core.sub import other\n")
-    (src / "sub" / "other.py").write_text("def g():\n    from ..sub import leaf\n")
+    (src / "sub" / "other.py").write_text(
+        "import importlib\ndef g():\n    from ..sub import leaf\n    importlib.import_module('grain_core')\n"
+    )
     modules = {
         "grain_core": src / "__init__.py",
         "grain_core.sub": src / "sub" / "__init__.py",
@@ -229,7 +242,7 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     graph = {m: imports_of(m, p, modules) for m, p in modules.items()}
     assert graph["grain_core.sub"] == {"grain_core.sub.leaf": 1}
     assert graph["grain_core.sub.leaf"] == {"grain_core.sub.other": 2}
-    assert graph["grain_core.sub.other"] == {"grain_core.sub.leaf": 2}
+    assert graph["grain_core.sub.other"] == {"grain_core.sub.leaf": 3, "grain_core": 4}
     assert cycles(graph) == [["grain_core.sub.leaf", "grain_core.sub.other"]]
 
 

@@ -313,3 +313,18 @@ def test_grain_style_iterators_may_call_the_base_set_state():
     with pytest.raises(InvalidStateError, match=r"state\.i must be an int"):
         it.set_state({"i": "5"})
     assert next(it) == 7
+
+
+@pytest.mark.parametrize("skip", [10**12, -1, "3", 2.0])
+def test_an_mp_prefetch_skip_count_out_of_range_is_refused(skip):
+    ds = grain.MapDataset.range(40).to_iter_dataset().mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=2)
+    )
+    with iter(ds) as it:
+        state = it.get_state()
+        bad = json.loads(json.dumps(state))
+        bad["workers"][1]["skip"] = skip
+        with pytest.raises(InvalidStateError, match=r"skip"):
+            it.set_state(bad)
+        assert it.get_state() == state
+        assert list(it) == list(range(40))

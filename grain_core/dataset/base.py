@@ -552,7 +552,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("set_state")
         if own is not None and not getattr(own, "_grain_atomic", False):
-            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign]
+            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign,assignment]
 
     def start_prefetch(self) -> None:
         """Starts producing elements in the background, where the iterator can (else a no-op)."""
@@ -654,7 +654,7 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
     return atomic
 
 
-DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign]
+DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign,assignment]
 
 
 def _describe_value(value: Any) -> Any:

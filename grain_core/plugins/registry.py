@@ -65,6 +65,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
         "experimental.ParquetIterDataset",
     ),
     "grain-plugin-tfds": ("sources.TfdsDataSource",),
+    "grain-plugin-tfrecord": ("sources.TFRecordIterDataset", "experimental.TFRecordIterDataset"),
     "grain-plugin-packing": (
         "experimental.FirstFitPackIterDataset",
         "experimental.BestFitPackIterDataset",

@@ -475,9 +475,13 @@ class MultiprocessPrefetchDatasetIterator(DatasetIterator):
             raise _state.StateMismatchError(
                 f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
             )
-        for w in workers:
-            if not isinstance(w, dict) or int(w.get("skip", -1)) < 0:
+        for i, w in enumerate(workers):
+            if not isinstance(w, dict):
                 raise _state.StateMismatchError(f"Malformed worker entry in the state: {w!r}")
+            # At most one message's elements are consumed after a worker's last reported state.
+            _state.check_state_int(
+                w.get("skip"), f"workers[{i}].skip", maximum=_MAX_MESSAGE_ELEMENTS, where=STATE_KIND
+            )
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         for i, w in enumerate(workers):
