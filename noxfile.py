@@ -2,7 +2,7 @@
 under ``plugins/``, ``example-plugin``, ``integration`` (everything installed together), ``docs``
 (site build and every Python block of README.md and docs/), ``install`` (the README's checkout
 install command in a fresh venv), ``build`` (sdists and wheels of every distribution, ``twine
-check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``.
+check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``, ``train-e2e``.
 
 Each plugin session installs the kernel and only that plugin with its own declared extras, so a
 plugin that forgot to declare a dependency fails its session.
@@ -255,6 +255,15 @@ def bench(session: nox.Session) -> None:
     _install_everything(session)
     _install(session, "grain")
     session.run("python", "benchmarks/run.py", *session.posargs, env={"JAX_PLATFORMS": "cpu"})
+
+
+@nox.session(name="train-e2e")
+def train_e2e(session: nox.Session) -> None:
+    """The end-to-end training-loop benchmark (benchmarks/train_e2e.py), small and on CPU."""
+    _install_everything(session)
+    session.run(
+        "python", "benchmarks/train_e2e.py", "--small", *session.posargs, env={"JAX_PLATFORMS": "cpu"}
+    )
 
 
 if os.environ.get("CI"):

@@ -380,7 +380,24 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
             _rec.elements += 1
             return x
 
-    _swap_class(it, {"__next__": __next__})
+    from grain_core.dataset.base import DatasetIterator
+
+    ns: dict[str, Any] = {"__next__": __next__}
+    orig_chunk = type(it).next_chunk
+    if orig_chunk is not DatasetIterator.next_chunk:  # the chunk protocol: count its elements too
+
+        def next_chunk(self, max_elements, _orig=orig_chunk, _rec=rec):
+            t0 = _perf()
+            try:
+                out = _orig(self, max_elements)
+            finally:
+                _rec.seconds += _perf() - t0
+                _rec.calls += 1
+            _rec.elements += len(out)
+            return out
+
+        ns["next_chunk"] = next_chunk
+    _swap_class(it, ns)
     for p in getattr(it, "parents", ()) or ():
         rec.children.append(_instrument_iterator(p, seen))
     return rec

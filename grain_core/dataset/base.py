@@ -469,6 +469,22 @@ class DatasetIterator(Iterator[T], abc.ABC):
     @abc.abstractmethod
     def __next__(self) -> T: ...
 
+    def next_chunk(self, max_elements: int) -> list[T]:
+        """Returns the next 1 to ``max_elements`` elements, in order, as a list.
+
+        Raises ``StopIteration`` when the iterator is exhausted. Afterwards ``get_state()`` is the
+        position after the last element returned, exactly as after the same number of ``next()``
+        calls, and ``next()`` and ``next_chunk()`` calls may be mixed freely.
+
+        This is the chunk protocol of the stage-author API: a stage that works on whole lists
+        (``map``, ``filter``, ``batch``, the packers, ...) pulls chunks from its parent and returns
+        chunks, so per-element Python overhead is paid once per chunk. This default returns one
+        element from ``next()``, so every iterator supports the protocol; override it when the stage
+        can produce several elements at once more cheaply. How many elements come back is up to the
+        stage (fewer than asked is always allowed), never which ones.
+        """
+        return [self.__next__()]
+
     @abc.abstractmethod
     def get_state(self) -> dict[str, Any]:
         """Returns the current position as a JSON-serialisable dict."""

@@ -151,10 +151,9 @@ class _WindowShuffleIterator(OneParentIterator):
         parent = self._parent
         self._start_state = parent.get_state()
         items: list[Any] = []
-        append = items.append
         try:
-            for _ in range(self._size):
-                append(next(parent))
+            while len(items) < self._size:
+                items += parent.next_chunk(self._size - len(items))
         except StopIteration:
             self._exhausted = True
         if not items:
