@@ -77,6 +77,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
         "experimental.WindowShuffleMapDataset",
         "experimental.WindowShuffleIterDataset",
     ),
+    "grain-plugin-ray": ("runtimes.ray",),
 }
 
 # Name -> distribution, for install hints (derived from PROVIDERS).
