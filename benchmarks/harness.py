@@ -103,4 +103,7 @@ def format_row(row: dict[str, Any]) -> str:
     ratio = f"{row['ratio']:>7.1f}x" if row["ratio"] else f"{'':>8}"
     target = f" (target {row['target']}x)" if row["target"] else ""
     refs = "".join(f"  | {k}: {v:,.0f}/s" for k, v in row["references"].items())
+    floor = row["references"].get("python floor")
+    if floor:
+        refs += f" (grain_core at {row['grain_core'] / floor:.0%} of it)"
     return f"{row['workload']:<60} {row['grain_core']:>12,.0f} {theirs} {ratio}{target} {row['unit']}/s{refs}"

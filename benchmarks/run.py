@@ -39,6 +39,7 @@ def main() -> None:
     for path in sorted(HERE.glob("bench_*.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module  # so dataclasses and pickling find the module
         spec.loader.exec_module(module)
         workloads = [w for w in module.WORKLOADS if args.k in w.name]
         reports = [r for r in getattr(module, "REPORTS", ()) if args.k in r.__name__ or not args.k]

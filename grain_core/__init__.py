@@ -3,12 +3,16 @@
 ``import grain_core as grain`` gives Grain's public API: ``grain.MapDataset``, ``grain.IterDataset``,
 ``grain.DatasetIterator``, ``grain.ReadOptions``, ``grain.MultiprocessingOptions``,
 ``grain.transforms``, ``grain.sources``, ``grain.experimental``, ``grain.checkpoint``, the DataLoader
-API, and every name an installed ``grain-plugin-*`` registers.
+API, Grain's ``config``, ``constants``, ``multiprocessing`` and ``monitoring`` modules, the legacy
+``grain.python`` namespace, and every name an installed ``grain-plugin-*`` registers.
+``grain_core.compat`` makes unmodified ``import grain`` code run on grain_core (opt-in).
 """
 
 from __future__ import annotations
 
-from grain_core import experimental, sources, transforms
+# _safepath first: it records sys.path as this process started; _wiring connects the layers
+# (docs/architecture.md).
+from grain_core import _safepath, _wiring, experimental, sources, transforms  # noqa: F401
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
 from grain_core.lazy import lazy_module_attrs
 from grain_core.options import DatasetOptions, MultiprocessingOptions, ReadOptions
@@ -38,6 +42,11 @@ _KERNEL = {
     "seeds": "@grain_core.seeds",
     "state": "@grain_core.state",
     "python": "@grain_core.python",
+    "constants": "@grain_core.constants",
+    "monitoring": "@grain_core.monitoring",
+    "multiprocessing": "@grain_core.multiprocessing",
+    "config": "grain_core.global_config:config",
+    "compat": "@grain_core.compat",
     "ShardOptions": "grain_core.sharding",
     "NoSharding": "grain_core.sharding",
     "ShardByJaxProcess": "grain_core.sharding",

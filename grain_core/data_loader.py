@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,9 @@ from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
 from grain_core.dataset.map_ops import source_identity
+from grain_core.operations import as_transform
 from grain_core.options import MultiprocessingOptions, ReadOptions
+from grain_core.runtime.api import next_or_rollback
 from grain_core.sharding import ShardOptions
 
 __all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
@@ -140,7 +142,7 @@ class _OperationsMapDataset(MapDataset):
         self._sampler = sampler
         self._shards = shard_options
         self._names = tuple(type(op).__name__ for op in ops)
-        steps = []
+        steps: list[tuple[int, Callable[..., Any]]] = []
         for op in ops:
             if isinstance(op, tr.Map):
                 steps.append((_MAP, op.map))
@@ -207,7 +209,8 @@ def _check_operations(operations: Any) -> list[Any]:
                 "DataLoader operations must be a sequence of grain_core.transforms objects, got "
                 f"{type(operations).__name__}."
             ) from None
-    ops = list(operations)
+    # Grain's legacy MapOperation / RandomMapOperation / FilterOperation / BatchOperation.
+    ops = [as_transform(op) for op in operations]
     for i, op in enumerate(ops):
         if not isinstance(op, _TRANSFORMS):
             raise TypeError(
@@ -375,14 +378,20 @@ class DataLoaderIterator:
     exactly there. The data source is entered once when iteration starts and exited at the end or on
     ``close()``."""
 
-    def __init__(self, loader: DataLoader):
-        self._loader = loader
+    def __init__(
+        self, data_loader: DataLoader, state: bytes | None = None, validate_state: bool = True
+    ):
+        """``iter(data_loader)``; with ``state``, positioned there (Grain's signature; states are
+        always validated, ``validate_state`` is accepted for compatibility)."""
+        self._loader = data_loader
         self._source_entered = False
         self._finished = False
         self._closed = False
         self._last_state: dict[str, Any] | None = None
         self._it: DatasetIterator | None = None
         self._open()
+        if state is not None:
+            self.set_state(state)
 
     def _open(self) -> None:
         loader = self._loader
@@ -434,7 +443,7 @@ class DataLoaderIterator:
                 raise RuntimeError("This DataLoaderIterator was closed; call iter(loader) again.")
             raise StopIteration
         try:
-            return next(it)
+            return next_or_rollback(it)  # Ctrl-C here never loses an element
         except StopIteration:
             self._finished = True
             self._release()
@@ -481,6 +490,7 @@ class DataLoaderIterator:
         )
         if self._it is None:
             self._open()
+        assert self._it is not None and isinstance(state, Mapping)  # opened; expect_state checked
         saved_workers = state.get("worker_count")
         try:
             self._it.set_state(state["iterator"])
@@ -518,6 +528,23 @@ class DataLoaderIterator:
         if self._it is None:
             self._open()
         self._it.set_state({"next_index": position})
+
+    def start_prefetch(self) -> None:
+        """Starts producing elements in the background (e.g. while a model restores). Idempotent."""
+        if self._it is not None:
+            self._it.start_prefetch()
+
+    def save(self, directory: Any) -> Any:
+        """Returns a coroutine writing ``get_state()`` as of this call into ``directory`` (Orbax)."""
+        from grain_core.checkpoint import save_iterator_state
+
+        return save_iterator_state(self, directory)
+
+    async def load(self, directory: Any) -> None:
+        """Reads a state written by :meth:`save` from ``directory`` and sets it."""
+        from grain_core.checkpoint import load_iterator_state
+
+        await load_iterator_state(self, directory)
 
     def close(self) -> None:
         """Stops workers and threads and exits the data source's context. Idempotent."""

@@ -47,6 +47,15 @@ _KERNEL = {
     "PerformanceConfig": "grain_core.runtime.autotune:PerformanceConfig",
     "visualize": "grain_core.visualize:visualize",
     "assert_equal_output_after_checkpoint": "grain_core.testing:assert_equal_output_after_checkpoint",
+    "ElasticIterator": "grain_core.dataset.elastic_iterator",
+    "CacheIterDataset": "grain_core.dataset.cache",
+    "RngPool": "grain_core.rng_pool",
+    "ShapeDtypeStruct": "grain_core.element_spec",
+    "ShapeDtypeStructProtocol": "grain_core.element_spec",
+    "get_element_spec": "grain_core.element_spec",
+    "ExecutionTrackingMode": "grain_core.options",
+    "multithread_prefetch": "grain_core.runtime.multithread",
+    "PackAndBatchOperation": "grain_core.pack_and_batch",
 }
 
 __getattr__, __dir__ = lazy_module_attrs(__name__, _KERNEL, ("experimental", "sources"), globals())

@@ -6,6 +6,8 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from grain_core.suggest import did_you_mean
+
 
 def lazy_module_attrs(
     module_name: str,
@@ -18,7 +20,8 @@ def lazy_module_attrs(
     ``kernel`` maps attribute names to ``"package.module"`` (or ``"package.module:attr"``) imported
     on first access; ``"@package.module"`` stands for the module itself. Other names are looked up among plugin registrations in
     ``plugin_namespaces``; a name no installed plugin provides raises ``AttributeError`` naming the
-    ``grain-plugin-*`` distribution to install, where one is known.
+    ``grain-plugin-*`` distribution to install, where one is known, else suggesting the closest
+    name (:func:`grain_core.suggest.did_you_mean`).
     """
     spaces = tuple(plugin_namespaces)
 
@@ -43,8 +46,12 @@ def lazy_module_attrs(
             except registry.PluginNameError as e:
                 last = e
         if last is not None:
+            if registry.KNOWN_PROVIDERS.get(name) is None:  # no install hint: maybe a typo
+                raise registry.PluginNameError(f"{last}{did_you_mean(name, __dir__())}") from None
             raise last
-        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        raise AttributeError(
+            f"module {module_name!r} has no attribute {name!r}.{did_you_mean(name, __dir__())}"
+        )
 
     def __dir__() -> list[str]:
         from grain_core.plugins import registry

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 
 from grain_core.validation import check_int
 
-__all__ = ["ReadOptions", "MultiprocessingOptions", "DatasetOptions"]
+__all__ = ["ReadOptions", "MultiprocessingOptions", "DatasetOptions", "ExecutionTrackingMode"]
 
 
 def _non_negative_int(owner: str, name: str, value: object) -> int:
@@ -54,6 +55,17 @@ class MultiprocessingOptions:
         )
 
 
+class ExecutionTrackingMode(enum.Enum):
+    """Which execution statistics a pipeline collects (``DatasetOptions.execution_tracking_mode``).
+
+    ``DISABLED`` (the default) collects none; ``STAGE_TIMING`` asks for the time each stage spends
+    producing an element. grain_core's per-stage statistics are :mod:`grain_core.stats`.
+    """
+
+    DISABLED = enum.auto()
+    STAGE_TIMING = enum.auto()
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetOptions:
     """Options that apply to a whole pipeline upstream of ``WithOptionsIterDataset``.
@@ -63,13 +75,26 @@ class DatasetOptions:
         (checked after ``filter_check_min_elements`` elements); None disables the warning.
       filter_raise_threshold_ratio: raise instead, above this fraction; None disables it.
       filter_check_min_elements: how many elements a filter sees before the ratios are checked.
+      execution_tracking_mode: Grain's switch for per-stage timing (an ``ExecutionTrackingMode``);
+        accepted and validated, not acted on: grain_core's stage timings are ``grain_core.stats``.
+      min_shm_size: Grain's threshold (bytes) below which arrays are copied between processes
+        rather than passed through shared memory; accepted and validated, not acted on (the
+        runtime's own threshold is ``grain_core.runtime.shm.INBAND_LIMIT``).
     """
 
     filter_warn_threshold_ratio: float | None = 0.9
     filter_raise_threshold_ratio: float | None = None
     filter_check_min_elements: int = 1000
+    execution_tracking_mode: ExecutionTrackingMode = ExecutionTrackingMode.DISABLED
+    min_shm_size: int = 0
 
     def __post_init__(self):
+        if not isinstance(self.execution_tracking_mode, ExecutionTrackingMode):
+            raise TypeError(
+                "DatasetOptions.execution_tracking_mode must be an ExecutionTrackingMode, got "
+                f"{self.execution_tracking_mode!r}."
+            )
+        _non_negative_int("DatasetOptions", "min_shm_size", self.min_shm_size)
         for name in ("filter_warn_threshold_ratio", "filter_raise_threshold_ratio"):
             v = getattr(self, name)
             if v is None:

@@ -140,6 +140,7 @@ class IndexSampler:
         cached = self._perm_cache
         if cached is not None and cached[0] == epoch:
             return cached[1]
+        assert self._seed is not None  # a shuffling sampler has a seed
         perm = _seeds.IndexPermutation(self._size, self._seed, epoch)
         self._perm_cache = (epoch, perm)
         return perm
@@ -187,7 +188,7 @@ class IndexSampler:
                 out = np.empty_like(local)
                 for e in np.unique(epochs).tolist():
                     sel = epochs == e
-                    out[sel] = _seeds.IndexPermutation(self._size, self._seed, e)(local[sel])
+                    out[sel] = _seeds.IndexPermutation(self._size, self._seed, e)(local[sel])  # type: ignore[arg-type]
                 local = out
         return local + self._start
 

@@ -69,7 +69,7 @@ class ShardByJaxProcess(ShardOptions):
             raise ImportError(
                 "ShardByJaxProcess reads jax.process_index() and jax.process_count(), but jax is "
                 "not installed. Install it with `pip install jax` (or `pip install "
-                "grain-core[jax]`), or pass ShardOptions(shard_index, shard_count) yourself."
+                "grain-core-kernel[jax]`), or pass ShardOptions(shard_index, shard_count) yourself."
             ) from e
         super().__init__(
             shard_index=jax.process_index(),

@@ -35,6 +35,11 @@ class SupportsBulkRead(Protocol[T]):
     def __getitems__(self, record_keys: Sequence[int]) -> Sequence[T]: ...
 
 
-__getattr__, __dir__ = lazy_module_attrs(__name__, {}, ("sources",), globals())
+__getattr__, __dir__ = lazy_module_attrs(
+    __name__,
+    {"SharedMemoryDataSource": "grain_core.memory_source"},
+    ("sources",),
+    globals(),
+)
 
 

@@ -332,7 +332,7 @@ def _buffer_probe(it: Any) -> Any:
 
                 return fill
             if buf.maxlen:
-                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen
+                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen  # type: ignore[arg-type]
         if isinstance(buf, queue.Queue) and buf.maxsize:
             return lambda buf=buf: buf.qsize() / buf.maxsize
     return None
@@ -344,8 +344,10 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
     rec = _Record(_label(getattr(it, "_stats_dataset", None) or it), "iter")
     seen[id(it)] = rec
     rec.buffer = _buffer_probe(it)
-    if isinstance(getattr(it, "__dict__", {}).get("_worker_stats"), list):  # an mp_prefetch iterator
-        rec.remote = lambda it=it: list(it._worker_stats)
+    from grain_core.runtime.api import RoundRobinConsumer
+
+    if isinstance(it, RoundRobinConsumer) and it.worker_stats() is not None:
+        rec.remote = it.worker_stats  # the runtime API's statistics hook
     orig = type(it).__next__
     probe = rec.buffer
 
@@ -363,7 +365,7 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
 
     else:
 
-        def __next__(self, _orig=orig, _rec=rec, _probe=probe):
+        def __next__(self, _orig=orig, _rec=rec, _probe=probe):  # type: ignore[misc]
             try:
                 _rec.fill_sum += _probe()
                 _rec.fill_n += 1
@@ -378,7 +380,24 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
             _rec.elements += 1
             return x
 
-    _swap_class(it, {"__next__": __next__})
+    from grain_core.dataset.base import DatasetIterator
+
+    ns: dict[str, Any] = {"__next__": __next__}
+    orig_chunk = type(it).next_chunk
+    if orig_chunk is not DatasetIterator.next_chunk:  # the chunk protocol: count its elements too
+
+        def next_chunk(self, max_elements, _orig=orig_chunk, _rec=rec):
+            t0 = _perf()
+            try:
+                out = _orig(self, max_elements)
+            finally:
+                _rec.seconds += _perf() - t0
+                _rec.calls += 1
+            _rec.elements += len(out)
+            return out
+
+        ns["next_chunk"] = next_chunk
+    _swap_class(it, ns)
     for p in getattr(it, "parents", ()) or ():
         rec.children.append(_instrument_iterator(p, seen))
     return rec
@@ -439,32 +458,19 @@ def _replace_refs(obj: Any, mapping: dict[int, Any]) -> None:
 
 
 def _is_process_boundary(ds: Any) -> bool:
-    name = type(ds).__name__
-    return "Multiprocess" in name or type(ds).__module__.startswith("grain_core.runtime.multiprocess")
+    from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
+
+    return isinstance(ds, MultiprocessPrefetchIterDataset)
 
 
 def _mp_with_stats(ds: Any) -> Any:
-    """A copy of an ``mp_prefetch`` stage whose iterator has its workers report statistics; ``None``
-    for other process boundaries (measured as a whole) and for ``num_workers=0`` (in process)."""
-    if type(ds).__module__ != "grain_core.runtime.multiprocess":
-        return None
-    from grain_core.runtime.multiprocess import (
-        MultiprocessPrefetchDatasetIterator,
-        MultiprocessPrefetchIterDataset,
-    )
-
-    if not isinstance(ds, MultiprocessPrefetchIterDataset):
-        return None
+    """A copy of an ``mp_prefetch`` stage whose workers report statistics (through the runtime
+    API's ``stats_hook``); ``None`` for ``num_workers=0`` (in process)."""
     if ds.multiprocessing_options.num_workers == 0:
         return None
-
-    def __iter__(self):
-        return MultiprocessPrefetchDatasetIterator(
-            self._parents[0], self.multiprocessing_options, self.worker_init_fn, collect_stats=True
-        )
-
     new = copy.copy(ds)
-    return new if _swap_class(new, {"__iter__": __iter__}) else None
+    new.stats_hook = worker_iterator
+    return new
 
 
 def _clone_map_stages(ds: Any, records: dict[int, _Record], memo: dict[int, Any]) -> Any:
@@ -477,10 +483,7 @@ def _clone_map_stages(ds: Any, records: dict[int, _Record], memo: dict[int, Any]
 
     if id(ds) in memo:
         return memo[id(ds)]
-    if _is_process_boundary(ds) and not (
-        type(ds).__module__ == "grain_core.runtime.multiprocess"
-        and getattr(getattr(ds, "multiprocessing_options", None), "num_workers", None) == 0
-    ):
+    if _is_process_boundary(ds) and ds.multiprocessing_options.num_workers != 0:
         memo[id(ds)] = _mp_with_stats(ds) or ds
         return memo[id(ds)]
     if not hasattr(ds, "__dict__"):

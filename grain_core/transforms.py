@@ -143,3 +143,12 @@ def transform_name(transform: Any) -> str:
         return type(transform).__name__
     name = getattr(transform, "__qualname__", None) or getattr(transform, "__name__", None)
     return name or type(transform).__name__
+
+
+def __getattr__(name: str) -> Any:
+    """A misspelled transform name says which one was probably meant."""
+    from grain_core.suggest import did_you_mean
+
+    raise AttributeError(
+        f"module {__name__!r} has no attribute {name!r}.{did_you_mean(name, __all__)}"
+    )

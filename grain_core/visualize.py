@@ -2,7 +2,7 @@
 
 ``grain_core.experimental.visualize(ds)`` walks the stages from the sources to ``ds``; stages with
 several parents (mixes, zips, interleaves) become branches. SVG and PNG share one layered layout
-(:func:`pipeline_layout`); PNG needs Pillow (``pip install grain-core[viz]``).
+(:func:`pipeline_layout`); PNG needs Pillow (``pip install grain-core-kernel[viz]``).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def _png_image(g: PipelineGraph) -> tuple[Any, Layout]:
     except ImportError as e:
         raise ImportError(
             "Writing a PNG picture needs Pillow, an optional dependency: "
-            "pip install grain-core[viz]   (or write an .svg file, which needs nothing)"
+            "pip install grain-core-kernel[viz]   (or write an .svg file, which needs nothing)"
         ) from e
     from PIL import ImageFont
 
@@ -316,7 +316,7 @@ def visualize(ds: Any, format: str = "text", path: str | os.PathLike | None = No
         ``"dot"`` (Graphviz source) or ``"svg"``.
       path: where to write. A path ending in ``.svg`` always gets an SVG drawing (laid out here,
         no graphviz needed) and one ending in ``.png`` a PNG picture of the same layout (drawn with
-        Pillow: ``pip install grain-core[viz]``, else ``ImportError``); other paths get the
+        Pillow: ``pip install grain-core-kernel[viz]``, else ``ImportError``); other paths get the
         ``format`` text.
 
     Returns:

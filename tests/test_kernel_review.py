@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import types
 
 import numpy as np
 import pytest
@@ -15,7 +14,6 @@ from grain_core import plugins, testing
 from grain_core import transforms as tr
 from grain_core.dataset.iter_ops import FlatMapIterDataset, RebatchIterDataset, ZipIterDataset
 from grain_core.options import DatasetOptions
-from grain_core.plugins import hookimpl
 from grain_core.state import StateMismatchError
 from grain_core.testing.compare import assert_elements_equal
 
@@ -141,8 +139,8 @@ def _advanced(ds, n):
         ),
         (lambda: _iter(10).batch(2), lambda: _iter(10).batch(3)),
         (
-            lambda: ZipIterDataset([_iter(10), _iter(10).batch(2)]),
-            lambda: ZipIterDataset([_iter(10), _iter(10).batch(3)]),
+            lambda: ZipIterDataset([_iter(10), _iter(10).batch(2)], strict=False),
+            lambda: ZipIterDataset([_iter(10), _iter(10).batch(3)], strict=False),
         ),
         (
             lambda: grain.IterDataset.mix({"a": _iter(10), "b": _iter(10).batch(2)}),
@@ -289,31 +287,4 @@ def test_kit_catches_a_non_json_state():
         testing.assert_equal_output_after_checkpoint(_Ds())
 
 
-def test_failed_entry_point_plugin_leaves_no_half_registration(fresh_plugins, monkeypatch):
-    def hook(register):
-        register(lambda: 0, name="half_registered_factory_xyz")
-        raise RuntimeError("boom")
-
-    mod = types.ModuleType("halfbroken")
-    mod.register_transforms = hookimpl(hook)
-
-    class _EP:
-        name, value, dist = "halfbroken", "halfbroken", None
-
-        def load(self):
-            return mod
-
-    from grain_core.plugins import registry as reg_mod
-
-    real = reg_mod.importlib_metadata.entry_points
-    monkeypatch.setattr(
-        reg_mod.importlib_metadata,
-        "entry_points",
-        lambda group: [*real(group=group), _EP()],
-    )
-    plugins.reload_plugins()
-    with pytest.warns(RuntimeWarning, match="halfbroken"):
-        fresh_plugins.ensure_loaded()
-    assert "half_registered_factory_xyz" not in plugins.provided_names("experimental")
-    info = {p.name: p for p in plugins.list_plugins()}
-    assert info["halfbroken"].status == "failed" and info["halfbroken"].provides == []
+# The half-registered plugin is tested with a real distribution in test_plugin_hardening.py.

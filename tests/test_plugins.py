@@ -119,15 +119,25 @@ def test_two_plugins_claiming_one_name(fresh_plugins):
 
 
 def test_invalid_registrations(fresh_plugins, monkeypatch):
+    """An explicit plugin registering something invalid fails alone, named, like an installed one;
+    strict mode raises."""
     monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
     plugins.register(
         _module("shadow", register_dataset_factories=lambda register: register(lambda: 0, name="map"))
     )
-    with pytest.raises(plugins.PluginError, match="cannot register MapDataset.map: the kernel defines it"):
-        plugins.load_plugins()
-    plugins.unregister("shadow")
     plugins.register(_module("noname", register_transforms=lambda register: register(object(), name="bad name")))
-    with pytest.raises(plugins.PluginError, match="without a valid name"):
+    plugins.register(_module("fine", register_transforms=lambda register: register(len, name="fine_fn")))
+    with pytest.warns(RuntimeWarning) as caught:
+        plugins.load_plugins()
+    messages = " ".join(str(w.message) for w in caught)
+    assert "cannot register MapDataset.map: the kernel defines it" in messages
+    assert "without a valid name" in messages
+    info = {p.name: p for p in plugins.list_plugins()}
+    assert info["shadow"].status == info["noname"].status == "failed"
+    assert grain.experimental.fine_fn is len
+    monkeypatch.setenv(plugins.ENV_STRICT, "1")
+    plugins.reload_plugins()
+    with pytest.raises(plugins.PluginError, match="cannot register MapDataset.map: the kernel defines it"):
         plugins.load_plugins()
 
 

@@ -21,7 +21,9 @@ def _pipelines():
     yield grain.MapDataset.mix([R(20).seed(4).shuffle(), R(100, 130)], [1, 3]).to_iter_dataset()
     yield grain.experimental.LimitIterDataset(R(50).to_iter_dataset(), 17)
     yield grain.experimental.RebatchIterDataset(R(50).batch(7).to_iter_dataset(), 5)
-    yield grain.experimental.ZipIterDataset([R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()])
+    yield grain.experimental.ZipIterDataset(
+        [R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()], strict=False
+    )
     yield grain.MapDataset.concatenate([R(5), R(10, 14)])[1::2].to_iter_dataset()
 
 
@@ -31,10 +33,15 @@ def test_restore_is_exact(ds):
 
 
 def test_state_is_json_and_small():
-    it = iter(grain.MapDataset.range(10**6).map(lambda x: np.zeros(1000)).batch(8).to_iter_dataset())
-    next(it)
-    s = it.get_state()
-    assert len(json.dumps(s)) < 300
+    # Positions plus a short description of each stage (so that a refused state names the field
+    # that differs), never element data: the size does not depend on the elements.
+    sizes = []
+    for n in (10, 100_000):
+        ds = grain.MapDataset.range(10**6).map(lambda x, n=n: np.zeros(n)).batch(8)
+        it = iter(ds.to_iter_dataset())
+        next(it)
+        sizes.append(len(json.dumps(it.get_state())))
+    assert sizes[0] == sizes[1] < 600
 
 
 def test_state_from_other_pipeline_is_refused():

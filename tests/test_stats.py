@@ -10,9 +10,11 @@ import pytest
 import grain_core as grain
 from grain_core import stats
 
+_SLOW_SLEEP = 0.0005
+
 
 def _slow(x):
-    time.sleep(0.0005)
+    time.sleep(_SLOW_SLEEP)
     return x
 
 
@@ -59,7 +61,7 @@ def test_dataset_and_plain_iterators_are_untouched():
         stats.collect(plain)
 
 
-def test_stage_counts_and_slowest_stage():
+def test_stage_counts_times_and_slowest_stage():
     it = stats.iter_with_stats(_pipeline(slow=True))
     out = list(it)
     assert len(out) == 50
@@ -70,13 +72,18 @@ def test_stage_counts_and_slowest_stage():
     by_name = {st.name.split("(")[0]: st for st in s.stages}
     assert by_name["BatchMapDataset"].elements == 50
     assert by_name["SourceMapDataset"].elements == 400
-    assert s.slowest.name.startswith("MapMapDataset(_slow")
+    # Which stage is slowest depends on the machine's load: check the definition, not the winner.
+    assert s.slowest is max(s.stages, key=lambda st: st.self_s)
+    slow = next(st for st in s.stages if st.name.startswith("MapMapDataset(_slow"))
+    assert slow.elements == 400
+    assert slow.total_s >= 400 * _SLOW_SLEEP  # every sleep is inside the measured time
+    assert all(st.self_s <= st.total_s for st in s.stages)
     assert by_name["PrefetchIterDataset"].buffer_fill is not None
     assert 0.0 <= by_name["PrefetchIterDataset"].buffer_fill <= 1.0
     text = str(s)
-    assert "slowest stage: MapMapDataset(_slow" in text
+    assert f"slowest stage: {s.slowest.name}" in text
     d = s.as_dict()
-    assert d["slowest"].startswith("MapMapDataset(_slow") and len(d["stages"]) == len(s.stages)
+    assert d["slowest"] == s.slowest.name and len(d["stages"]) == len(s.stages)
 
 
 def test_collect_equals_method_and_checkpoint_still_works():
@@ -150,39 +157,41 @@ def test_mp_prefetch_worker_stages_are_measured():
     assert sorted(w["worker"] for w in m.per_worker) == [0, 1]
     assert [w["elements"] for w in m.per_worker] == [_MP_N // 2] * 2
     assert sum(w["total_s"] for w in m.per_worker) == pytest.approx(m.total_s)
-    # Summed over the workers' read threads: at least the sleeps, not wildly more.
-    assert _MP_N * _MP_SLEEP * 0.9 <= m.total_s <= _MP_N * _MP_SLEEP * 10 + 2.0
+    # Summed over the workers' read threads: every sleep happened inside the measured time (a
+    # lower bound that load can only make truer; no upper bound, no comparison between stages).
+    assert m.total_s >= _MP_N * _MP_SLEEP
     assert by["SourceMapDataset"].elements == _MP_N and by["SourceMapDataset"].workers == 2
-    assert by["PrefetchIterDataset"].workers == 2
-    assert s.slowest.name.startswith("MapMapDataset(_slow_mp")
-    # The main process waits for the workers in parallel: not its own time.
-    assert root.self_s < m.self_s
+    top = by["PrefetchIterDataset"]  # the workers' output stage
+    assert top.workers == 2 and top.depth == root.depth + 1
+    # The main process waits for the workers in parallel: their mean output time is theirs.
+    assert root.self_s == pytest.approx(max(0.0, root.total_s - top.total_s / top.workers))
+    assert s.slowest is max(s.stages, key=lambda st: st.self_s)
     text = str(s)
-    assert "[2 workers]" in text and "slowest stage: MapMapDataset(_slow_mp" in text
+    assert "[2 workers]" in text and f"slowest stage: {s.slowest.name}" in text
     d = s.as_dict()
     assert [x["workers"] for x in d["stages"]] == [st.workers for st in s.stages]
 
 
 def test_mp_prefetch_stats_off_sends_no_stats_messages(monkeypatch):
+    from grain_core.runtime import api
     from grain_core.runtime import multiprocess as mpm
 
     kinds = []
-    orig = mpm.MultiprocessPrefetchDatasetIterator._recv
+    orig = api.RoundRobinConsumer._apply
 
-    def recv(self, i):
-        msg = orig(self, i)
-        kinds.append(msg[0])
-        return msg
+    def apply(self, i, msg):
+        kinds.append(type(msg).__name__)
+        return orig(self, i, msg)
 
-    monkeypatch.setattr(mpm.MultiprocessPrefetchDatasetIterator, "_recv", recv)
+    monkeypatch.setattr(api.RoundRobinConsumer, "_apply", apply)
     ds = _mp_pipeline(slow=False)
     plain = iter(ds)
     try:
         off = list(plain)
-        assert plain._worker_stats is None and not hasattr(plain, "stats")
+        assert plain.worker_stats() is None and not hasattr(plain, "stats")
     finally:
         plain.close()
-    assert "data" in kinds and "stats" not in kinds
+    assert "Elements" in kinds and "Stats" not in kinds
     kinds.clear()
     it = stats.iter_with_stats(ds)
     try:
@@ -190,7 +199,7 @@ def test_mp_prefetch_stats_off_sends_no_stats_messages(monkeypatch):
     finally:
         it.close()
     assert on == off == list(range(_MP_N))
-    assert "stats" in kinds
+    assert "Stats" in kinds
     assert type(ds) is mpm.MultiprocessPrefetchIterDataset  # the dataset itself is untouched
 
 

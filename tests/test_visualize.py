@@ -153,7 +153,7 @@ def test_png_without_pillow_says_what_to_install(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "PIL", None)  # "import PIL" raises ImportError
     path = tmp_path / "x.png"
-    with pytest.raises(ImportError, match=r"pip install grain-core\[viz\]"):
+    with pytest.raises(ImportError, match=r"pip install grain-core-kernel\[viz\]"):
         visualize(_linear(), path=path)
     assert not path.exists()
 

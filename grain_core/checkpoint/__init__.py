@@ -68,7 +68,7 @@ def __getattr__(name: str) -> Any:
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError(
                 f"grain_core.checkpoint.{name} needs orbax-checkpoint: pip install "
-                f"'grain-core[orbax]' (or orbax-checkpoint). ({e})"
+                f"'grain-core-kernel[orbax]' (or orbax-checkpoint). ({e})"
             ) from e
         return getattr(orbax_handler, name)
     raise AttributeError(f"module 'grain_core.checkpoint' has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """Restoring a checkpoint written by ``N`` JAX processes on ``N'`` processes (elastic restore).
 
-Every process reads all ``N`` files ``process_<p>-of-<N>.json``, works out which elements of the
+This module only reads the files and turns errors into checkpoint errors; what the states mean for
+``N'`` processes is decided by :func:`grain_core.runtime.elastic.process_state`. Every process reads all ``N`` files ``process_<p>-of-<N>.json``, works out which elements of the
 sharded ``MapDataset`` the ``N`` processes consumed together, and continues its own new shard just
 after them. Defined for pipelines described in :mod:`grain_core.runtime.elastic` whose
 ``to_iter_dataset`` reads ``base[process_index::process_count]`` followed only by index-preserving
@@ -12,7 +13,6 @@ state of another pipeline raises :class:`CheckpointPipelineMismatchError`. See
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from grain_core.checkpoint.errors import (
@@ -22,7 +22,7 @@ from grain_core.checkpoint.errors import (
 from grain_core.runtime import elastic as _elastic
 from grain_core.state import StateMismatchError
 
-__all__ = ["elastic_process_state", "restore_across_process_counts"]
+__all__ = ["elastic_process_state"]
 
 
 def elastic_process_state(
@@ -40,22 +40,9 @@ def elastic_process_state(
         f"{process_count}"
     )
     try:
-        if any(not isinstance(s, Mapping) for s in states):
-            raise _elastic.NotElasticError(
-                "the saved states are not iterator state dicts (e.g. a DataLoader's JSON bytes)."
-            )
-        target = _elastic.elastic_target(iterator)
-        if target.problem is not None:
-            raise _elastic.NotElasticError(target.problem)
-        shard = _elastic.process_shard(target.map_ds, process_index, process_count)
-        counts = [
-            _elastic.consumed_prefix(
-                states[p], shard.parts(p, n), target, f"process_{p}-of-{n}.json state"
-            )
-            for p in range(n)
-        ]
-        total = _elastic.prefix_length(counts, "process")
-        return target.build(_elastic.split_prefix(total, process_count)[process_index])
+        return _elastic.process_state(iterator, states, process_index, process_count)
+    except _elastic.ProcessCountRefused as e:
+        raise CheckpointProcessCountError(f"{what}: {e}") from e
     except _elastic.NotElasticError as e:
         raise CheckpointProcessCountError(
             f"{what}, and re-sharding it (elastic restore) is not defined here: {e} Restore with "
@@ -65,28 +52,3 @@ def elastic_process_state(
         raise CheckpointPipelineMismatchError(
             f"{what}; re-sharding it failed because it comes from a different pipeline: {e}"
         ) from e
-
-
-def restore_across_process_counts(
-    iterator: Any, directory: Any, process_index: int, process_count: int
-) -> None:
-    """Reads every process's state in ``directory`` and restores ``iterator`` elastically."""
-    from grain_core.checkpoint import files
-
-    found = files.state_files(directory)
-    counts = sorted({c for _, c in found})
-    if len(counts) != 1:
-        raise CheckpointProcessCountError(
-            f"{directory} holds state files of {counts} process counts; cannot tell which to restore."
-        )
-    n = counts[0]
-    missing = [files.state_file_name(p, n) for p in range(n) if (p, n) not in found]
-    if missing:
-        raise CheckpointProcessCountError(
-            f"The iterator checkpoint in {directory} was written by {n} JAX process(es), but this "
-            f"job runs {process_count}; re-sharding it (elastic restore) needs every process's "
-            f"state and {missing} is missing. Restore with {n} process(es)."
-        )
-    states = [files.read_state_file(directory, p, n) for p in range(n)]
-    state = elastic_process_state(iterator, states, process_index, process_count, str(directory))
-    files.restore_iterator(iterator, state, f"the iterator checkpoint in {directory}")

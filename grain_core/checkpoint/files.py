@@ -59,6 +59,7 @@ def state_file_name(process_index: int, process_count: int) -> str:
 
 def encode_state(state: Any, process_index: int = 0, process_count: int = 1) -> dict[str, Any]:
     """Wraps ``get_state()`` output in the versioned envelope; raises ``TypeError`` for non-JSON."""
+    payload: Any
     if isinstance(state, (bytes, bytearray, memoryview)):
         try:
             text = bytes(state).decode("utf-8")
@@ -294,11 +295,7 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
             from grain_core.runtime import elastic
 
             try:
-                state = elastic.restore_state(
-                    state,
-                    elastic.elastic_target(iterator),
-                    f"{where} was saved with mp_prefetch workers and is restored in process",
-                )
+                state = elastic.adapt_state(iterator, state, where)
             except StateMismatchError as e:
                 raise CheckpointPipelineMismatchError(
                     f"{where} does not fit this iterator: {e} The iterator was left unchanged."
@@ -370,8 +367,6 @@ def restore_from_directory(iterator: Any, path: Any) -> None:
     index, count = process_info()
     found = state_files(path)
     if found and (index, count) not in found and count not in {c for _, c in found}:
-        from grain_core.checkpoint.elastic import restore_across_process_counts
-
         restore_across_process_counts(iterator, path, index, count)
         return
     state = read_state_file(path, index, count)
@@ -383,3 +378,29 @@ async def load_iterator_state(iterator: Any, directory: Any) -> None:
     (elastically when written by another process count; see :func:`restore_from_directory`)."""
     path = await _resolve_directory(directory)
     restore_from_directory(iterator, path)
+
+
+def restore_across_process_counts(
+    iterator: Any, directory: Any, process_index: int, process_count: int
+) -> None:
+    """Reads every process's state in ``directory`` and restores ``iterator`` elastically (what the
+    states mean for ``process_count`` processes: :mod:`grain_core.checkpoint.elastic`)."""
+    from grain_core.checkpoint.elastic import elastic_process_state
+
+    found = state_files(directory)
+    counts = sorted({c for _, c in found})
+    if len(counts) != 1:
+        raise CheckpointProcessCountError(
+            f"{directory} holds state files of {counts} process counts; cannot tell which to restore."
+        )
+    n = counts[0]
+    missing = [state_file_name(p, n) for p in range(n) if (p, n) not in found]
+    if missing:
+        raise CheckpointProcessCountError(
+            f"The iterator checkpoint in {directory} was written by {n} JAX process(es), but this "
+            f"job runs {process_count}; re-sharding it (elastic restore) needs every process's "
+            f"state and {missing} is missing. Restore with {n} process(es)."
+        )
+    states = [read_state_file(directory, p, n) for p in range(n)]
+    state = elastic_process_state(iterator, states, process_index, process_count, str(directory))
+    restore_iterator(iterator, state, f"the iterator checkpoint in {directory}")

@@ -55,6 +55,10 @@ class CheckpointHandler(ocp.AsyncCheckpointHandler):
     def metadata(self, directory: Any) -> Any:
         return None
 
+    def structure(self, directory: Any) -> Any:
+        """Orbax's legacy handler interface; iterator checkpoints have no tree structure."""
+        return None
+
     def finalize(self, directory: Any) -> None:
         pass
 

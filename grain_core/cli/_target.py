@@ -33,7 +33,7 @@ def load_target(target: str) -> Any:
             raise TargetError(f"cannot import {where}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
+        _add_import_dir(os.path.dirname(os.path.abspath(where)))
         spec.loader.exec_module(module)
         try:  # mp_prefetch workers cannot import it by this name: send its functions by value
             import cloudpickle
@@ -42,8 +42,7 @@ def load_target(target: str) -> Any:
         except Exception:
             pass
     else:
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+        _add_import_dir(os.getcwd())
         module = importlib.import_module(where)
     obj: Any = module
     for part in attr.split("."):
@@ -84,7 +83,7 @@ def element_spec(element: Any) -> list[dict[str, Any]]:
     """``[{path, type, shape, dtype}]`` for every leaf of ``element``."""
     from grain_core.tree import flatten_with_paths
 
-    out = []
+    out: list[dict[str, Any]] = []
     for path, leaf in flatten_with_paths(element):
         if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             out.append({"path": path, "type": type(leaf).__name__, "shape": list(leaf.shape),
@@ -105,3 +104,15 @@ def human_bytes(n: float) -> str:
             return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
         n /= 1000
     return f"{n} B"
+
+
+def _add_import_dir(directory: str) -> None:
+    """Makes modules in ``directory`` (the target's folder, or the working directory for
+    ``module:name``) importable, after everything installed: plugins are discovered first, without
+    it (a ``*.dist-info`` planted there is never seen), and an installed package is never shadowed
+    by a file of the same name there."""
+    from grain_core.plugins.registry import get_registry
+
+    get_registry().ensure_loaded()
+    if not any(os.path.abspath(p or ".") == directory for p in sys.path):
+        sys.path.append(directory)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
+from grain_core.cli._console import Progress, console, print_stats, wrap
 from grain_core.cli._target import element_nbytes, human_bytes, load_target
 
 
 def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bool,
-              with_stats: bool = False) -> dict[str, Any]:
-    """Iterates ``ds`` until ``steps`` elements, ``seconds`` elapsed or the end; returns a summary."""
+              with_stats: bool = False, label: str = "bench") -> dict[str, Any]:
+    """Iterates ``ds`` until ``steps`` elements, ``seconds`` elapsed or the end; returns a summary
+    (JSON-ready, plus ``_first``: the first element, and ``_stats``: the
+    :class:`~grain_core.stats.PipelineStats` with ``with_stats``). Progress goes to stderr
+    (:class:`grain_core.cli._console.Progress`)."""
     if with_stats:
         from grain_core.stats import iter_with_stats
 
@@ -23,40 +26,34 @@ def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bo
     elements = 0
     nbytes = 0
     first_s = None
+    first: Any = None
+    stats = None
     start = time.perf_counter()
-    last_print = start
     exhausted = False
     try:
-        while steps is None or elements < steps:
-            try:
-                x = next(it)
-            except StopIteration:
-                exhausted = True
-                break
-            now = time.perf_counter()
-            if first_s is None:
-                first_s = now - start
-            elements += 1
-            nbytes += element_nbytes(x)
-            if progress and now - last_print >= 0.5:
-                last_print = now
-                el = now - start
-                sys.stderr.write(
-                    f"\r{elements:,} elements  {elements / el:,.1f} elements/s  "
-                    f"{human_bytes(nbytes / el)}/s  {el:.1f}s   "
-                )
-                sys.stderr.flush()
-            if seconds is not None and now - start >= seconds:
-                break
+        with Progress(label, total=steps, seconds=seconds, enabled=progress) as bar:
+            while steps is None or elements < steps:
+                try:
+                    x = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                now = time.perf_counter()
+                if first_s is None:
+                    first_s = now - start
+                    first = x
+                elements += 1
+                nbytes += element_nbytes(x)
+                bar.update(elements, nbytes)
+                if seconds is not None and now - start >= seconds:
+                    break
         elapsed = time.perf_counter() - start
         stats = it.stats() if with_stats else None
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
-    if progress:
-        sys.stderr.write("\n")
-    out = {
+    return {
         "elements": elements,
         "seconds": elapsed,
         "elements_per_s": elements / elapsed if elapsed > 0 else None,
@@ -64,11 +61,10 @@ def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bo
         "bytes_per_s": nbytes / elapsed if elapsed > 0 else None,
         "first_element_s": first_s,
         "exhausted": exhausted,
+        **({"stats": stats.as_dict()} if stats is not None else {}),
+        "_first": first,
+        "_stats": stats,
     }
-    if stats is not None:
-        out["stats"] = stats.as_dict()
-        out["_stats_text"] = str(stats)
-    return out
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -78,21 +74,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seconds = 10.0
     result = run_bench(ds, seconds=seconds, steps=args.steps,
                        progress=not args.json and not args.quiet, with_stats=args.stats)
-    text = result.pop("_stats_text", None)
+    stats = result.pop("_stats")
+    result.pop("_first")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     eps = result["elements_per_s"] or 0.0
     bps = result["bytes_per_s"] or 0.0
-    print(f"target:          {args.target}")
-    print(f"elements:        {result['elements']:,}" + ("  (dataset exhausted)" if result["exhausted"] else ""))
-    print(f"time:            {result['seconds']:.3f} s")
-    print(f"elements/s:      {eps:,.1f}")
-    print(f"bytes/s:         {human_bytes(bps)}/s  ({human_bytes(result['bytes'])} in total, estimated)")
+    out = console()
+    rows = [
+        ("target", args.target),
+        ("elements", f"{result['elements']:,}" + ("  (dataset exhausted)" if result["exhausted"] else "")),
+        ("time", f"{result['seconds']:.3f} s"),
+        ("elements/s", f"{eps:,.1f}"),
+        ("bytes/s", f"{human_bytes(bps)}/s  ({human_bytes(result['bytes'])} in total, estimated)"),
+    ]
     if result["first_element_s"] is not None:
-        print(f"first element:   {result['first_element_s']:.3f} s")
-    if text:
-        print(text)
+        rows.append(("first element", f"{result['first_element_s']:.3f} s"))
+    for key, value in rows:
+        for line in wrap(value, f"{key + ':':<17}", " " * 17, out.width):
+            out.print(line, markup=False)
+    if stats is not None:
+        out.print()
+        print_stats(stats, out)
     return 0
 
 
@@ -105,6 +109,6 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--seconds", type=float, help="stop after this many seconds (default 10)")
     g.add_argument("--steps", type=int, help="stop after this many elements")
     p.add_argument("--stats", action="store_true", help="also collect and print per-stage statistics")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_bench)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
-import time
 from typing import Any
 
+from grain_core.cli._about import KERNEL_DISTRIBUTION
+from grain_core.cli._console import WIDTH, console, print_stats, wrap
 from grain_core.cli._target import element_spec, load_target
 
 
@@ -36,7 +38,7 @@ def provider_of(obj: Any, providers: dict[str, str] | None = None) -> str:
     mod = type(obj).__module__ or ""
     top = mod.split(".")[0]
     if top == "grain_core":
-        return "grain-core"
+        return KERNEL_DISTRIBUTION
     if top in providers:
         return providers[top]
     try:
@@ -115,26 +117,30 @@ def stage_tree(ds: Any) -> dict[str, Any]:
     return node(ds)
 
 
-def format_tree(tree: dict[str, Any]) -> str:
+def format_tree(tree: dict[str, Any], columns: int = WIDTH) -> str:
+    """The tree as text at most ``columns`` wide: each stage's label, then its provider and
+    options on lines of their own, folded under the tree guides."""
     lines: list[str] = []
 
     def walk(n: dict[str, Any], prefix: str, last: bool, root: bool) -> None:
         branch = "" if root else ("└─ " if last else "├─ ")
-        lines.append(f"{prefix}{branch}{n['stage']}  [{n['provider']}]")
         child_prefix = prefix + ("" if root else ("   " if last else "│  "))
+        detail = child_prefix + ("│  " if n["parents"] else "   ")
+        lines.extend(wrap(n["stage"], prefix + branch, detail, columns))
+        lines.extend(wrap(f"provider: {n['provider']}", detail, detail + "  ", columns))
         opts = {k: v for k, v in n["options"].items() if k != "fields"}
         if opts:
             text = ", ".join(f"{k}={v}" for k, v in opts.items())
-            lines.append(f"{child_prefix}{'│  ' if n['parents'] else '   '}options: {text}")
+            lines.extend(wrap(f"options: {text}", detail, detail + "  ", columns))
         for i, p in enumerate(n["parents"]):
             walk(p, child_prefix, i == len(n["parents"]) - 1, False)
 
     walk(tree, "", True, True)
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from grain_core.stats import iter_with_stats
+    from grain_core.cli.bench import run_bench
 
     ds = load_target(args.target)
     tree = stage_tree(ds)
@@ -142,25 +148,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     stats = None
     error = None
     if args.steps > 0:
-        it = iter_with_stats(ds)
-        start = time.perf_counter()
         try:
-            for i in range(args.steps):
-                try:
-                    x = next(it)
-                except StopIteration:
-                    break
-                if i == 0:
-                    spec = element_spec(x)
-                if time.perf_counter() - start > args.seconds:
-                    break
-            stats = it.stats()
+            result = run_bench(ds, seconds=args.seconds, steps=args.steps,
+                               progress=not args.json, with_stats=True, label="inspect")
+            if result["elements"]:
+                spec = element_spec(result["_first"])
+            stats = result["_stats"]
         except Exception as e:  # report, still show the tree
             error = f"{type(e).__name__}: {e}"
-        finally:
-            close = getattr(it, "close", None)
-            if close:
-                close()
     if args.json:
         print(json.dumps({
             "target": args.target,
@@ -170,21 +165,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "error": error,
         }, indent=2, default=str))
         return 1 if error else 0
-    print(f"Pipeline {args.target} (output stage first):")
-    print(format_tree(tree))
-    print()
+    out = console()
+    say = functools.partial(out.print, markup=False)
+    for line in wrap(f"Pipeline {args.target} (output stage first):", "", "  ", out.width):
+        say(line)
+    say(format_tree(tree, out.width))
+    say()
     if spec is not None:
-        print("Element spec:")
+        say("Element spec:")
         for leaf in spec:
             extra = f" len={leaf['length']}" if "length" in leaf else ""
             shape = "(" + ", ".join(map(str, leaf["shape"])) + ("," if len(leaf["shape"]) == 1 else "") + ")"
-            print(f"  {leaf['path']}: {leaf['type']} shape={shape} dtype={leaf['dtype']}{extra}")
-        print()
+            text = f"{leaf['path']}: {leaf['type']} shape={shape} dtype={leaf['dtype']}{extra}"
+            for line in wrap(text, "  ", "      ", out.width):
+                say(line)
+        say()
     if stats is not None:
-        print(f"Per-stage timings ({stats.stages[0].elements if stats.stages else 0} elements):")
-        print(str(stats))
+        say(f"Per-stage timings ({stats.stages[0].elements if stats.stages else 0} elements):")
+        print_stats(stats, out)
     if error:
-        print(f"error while iterating: {error}")
+        for line in wrap(f"error while iterating: {error}", "", "  ", out.width):
+            say(line)
         return 1
     return 0
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ name = "grain-plugin-{name}"
 version = "0.1.0"
 description = "grain_core plugin: {camel}DataSource and {camel}OffsetMapDataset."
 requires-python = ">=3.11"
-dependencies = ["grain-core>=0.1", "numpy>=1.26"]
+dependencies = ["grain-core-kernel>=0.1", "numpy>=1.26"]
 
 [project.optional-dependencies]
 test = ["pytest>=8"]
@@ -91,6 +94,7 @@ import numpy as np
 
 import grain_core as grain
 from grain_core import tree
+from grain_core.dataset.stages import OneParentMapDataset
 
 
 def _add(x: Any, offset: float) -> Any:
@@ -101,24 +105,20 @@ def _add(x: Any, offset: float) -> Any:
     return x
 
 
-class {camel}OffsetMapDataset(grain.MapDataset):
+class {camel}OffsetMapDataset(OneParentMapDataset):
     """``parent[i]`` with ``offset`` added to its numeric leaves. Use it as
     ``{camel}OffsetMapDataset(ds, offset=1)`` or ``ds.pipe({camel}OffsetMapDataset, offset=1)``."""
 
     def __init__(self, parent: grain.MapDataset, offset: float = 1):
         super().__init__(parent)
-        self._parent = parent
         self.offset = offset
 
-    def __len__(self) -> int:
-        return len(self._parent)
-
-    def _getitem(self, index: int) -> Any:
-        x = self._parent[index]
+    def element_at(self, index: int) -> Any:
+        x = self.parent.element_at(index)
         return None if x is None else tree.map_structure(lambda v: _add(v, self.offset), x)
 
-    def _fingerprint_fields(self) -> tuple:
-        return (self.offset,)
+    def fingerprint_fields(self) -> dict:
+        return {{"offset": self.offset}}
 
     def __str__(self) -> str:
         return f"{camel}OffsetMapDataset(offset={{self.offset}})"
@@ -220,41 +220,72 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in re.split(r"[-_]", name) if part)
 
 
+MAX_NAME_LENGTH = 40
+ALLOWED_NAMES = (
+    f"NAME must be 1 to {MAX_NAME_LENGTH} characters: lowercase ASCII letters and digits, starting "
+    "with a letter, with single '-' or '_' between them (e.g. 'my-source'; a leading "
+    "'grain-plugin-' is dropped, upper case is lowered). It becomes the distribution "
+    "grain-plugin-NAME, the folder grain-plugin-NAME/ and the package grain_plugin_NAME."
+)
+
+
+def check_name(name: str) -> str:
+    """Returns ``name`` normalised (prefix ``grain-plugin-`` dropped, lower case), or raises
+    ``ValueError`` saying what is allowed: a valid distribution and package name part, no path
+    separators, at most :data:`MAX_NAME_LENGTH` characters."""
+    if not isinstance(name, str):
+        raise ValueError(f"plugin name must be a string, got {type(name).__name__}. {ALLOWED_NAMES}")
+    norm = name.strip().removeprefix("grain-plugin-").lower()
+    if len(norm) > MAX_NAME_LENGTH:
+        raise ValueError(f"plugin name {name[:60]!r}... is {len(norm)} characters long. {ALLOWED_NAMES}")
+    if not re.fullmatch(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*", norm, flags=re.ASCII):
+        raise ValueError(f"plugin name {name!r} is not allowed. {ALLOWED_NAMES}")
+    return norm
+
+
 def write_skeleton(name: str, directory: Path) -> Path:
-    """Writes ``directory/grain-plugin-<name>/`` and returns its path."""
-    name = name.removeprefix("grain-plugin-").lower()
-    if not re.fullmatch(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*", name):
-        raise ValueError(
-            f"plugin name {name!r} must start with a letter and contain letters, digits, - or _."
-        )
+    """Writes ``directory/grain-plugin-<name>/`` and returns its path. A refused name or target
+    writes nothing."""
+    name = check_name(name)
     name_id = name.replace("-", "_")
     fmt = {"name": name, "name_id": name_id, "pkg": f"grain_plugin_{name_id}", "camel": _camel(name)}
     root = Path(directory) / f"grain-plugin-{name}"
-    if root.exists() and any(root.iterdir()):
-        raise FileExistsError(f"{root} exists and is not empty.")
-    pkg = root / fmt["pkg"]
-    files = {
-        root / "pyproject.toml": _PYPROJECT,
-        root / "README.md": _README,
-        pkg / "__init__.py": _INIT,
-        pkg / "source.py": _SOURCE,
-        pkg / "transform.py": _TRANSFORM,
-        pkg / "plugin.py": _PLUGIN,
-        pkg / "py.typed": "",
-        root / "tests" / "conftest.py": _CONFTEST,
-        root / "tests" / "test_plugin.py": _TESTS,
-    }
-    for path, template in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(template.format(**fmt))
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise NotADirectoryError(f"--dir {directory} is not a directory.")
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise FileExistsError(f"{root} exists and is not an empty directory.")
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=directory))
+    try:  # written beside the target and renamed into place: a failure leaves nothing behind
+        pkg = staging / fmt["pkg"]
+        files = {
+            staging / "pyproject.toml": _PYPROJECT,
+            staging / "README.md": _README,
+            pkg / "__init__.py": _INIT,
+            pkg / "source.py": _SOURCE,
+            pkg / "transform.py": _TRANSFORM,
+            pkg / "plugin.py": _PLUGIN,
+            pkg / "py.typed": "",
+            staging / "tests" / "conftest.py": _CONFTEST,
+            staging / "tests" / "test_plugin.py": _TESTS,
+        }
+        for path, template in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(template.format(**fmt))
+        if root.exists():
+            root.rmdir()  # empty, checked above
+        staging.rename(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return root
 
 
 def cmd_new_plugin(args: argparse.Namespace) -> int:
     try:
         root = write_skeleton(args.name, Path(args.dir))
-    except (ValueError, FileExistsError) as e:
-        print(f"error: {e}")
+    except (ValueError, OSError) as e:
+        print(f"grain-core new-plugin: error: {e}", file=sys.stderr)
         return 2
     print(f"Wrote {root}")
     print("Next:")

@@ -5,18 +5,21 @@ Public helpers for plugins and the runtime:
 * :func:`iterator_tree` — every iterator upstream of one, depth first (itself first).
 * :class:`PrefetchDatasetIterator` — the ``to_iter_dataset`` iterator; ``set_slice`` makes a worker
   read every ``count``-th index.
+
+Importing this package installs the stage classes into ``base.installed``, which the methods of
+``MapDataset`` and ``IterDataset`` build (``base`` never imports the modules that import it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset import apply, describe, iter_ops, map_ops, mixing
+from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, installed
 from grain_core.dataset.prefetch import (
     FilterRatioError,
     PrefetchDatasetIterator,
     PrefetchIterDataset,
 )
+from grain_core.dataset.trees import dataset_tree, iterator_tree
 
 __all__ = [
     "DatasetIterator",
@@ -29,16 +32,44 @@ __all__ = [
     "iterator_tree",
 ]
 
-
-def iterator_tree(it: DatasetIterator) -> Iterator[DatasetIterator]:
-    """Yields ``it`` and every iterator upstream of it, depth first."""
-    yield it
-    for p in getattr(it, "_parents", ()):
-        yield from iterator_tree(p)
-
-
-def dataset_tree(ds: MapDataset | IterDataset) -> Iterator[MapDataset | IterDataset]:
-    """Yields ``ds`` and every dataset upstream of it, depth first."""
-    yield ds
-    for p in ds.parents:
-        yield from dataset_tree(p)
+installed.install(
+    describe=describe.describe,
+    apply_transformations=apply.apply_transformations,
+    PrefetchIterDataset=PrefetchIterDataset,
+    **{
+        name: getattr(module, name)
+        for module, names in [
+            (
+                map_ops,
+                (
+                    "SourceMapDataset",
+                    "SeedMapDataset",
+                    "ShuffleMapDataset",
+                    "SliceMapDataset",
+                    "MapMapDataset",
+                    "RandomMapMapDataset",
+                    "MapWithIndexMapDataset",
+                    "FilterMapDataset",
+                    "BatchMapDataset",
+                    "RepeatMapDataset",
+                ),
+            ),
+            (
+                iter_ops,
+                (
+                    "SeedIterDataset",
+                    "MapIterDataset",
+                    "RandomMapIterDataset",
+                    "MapWithIndexIterDataset",
+                    "FilterIterDataset",
+                    "BatchIterDataset",
+                ),
+            ),
+            (
+                mixing,
+                ("ConcatenateMapDataset", "MixedMapDataset", "SelectionMapDataset", "MixedIterDataset"),
+            ),
+        ]
+        for name in names
+    },
+)

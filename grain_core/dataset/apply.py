@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from grain_core import transforms as tr
+from grain_core.dataset.base import MapDataset
+from grain_core.dataset.iter_ops import FlatMapIterDataset
+from grain_core.dataset.map_ops import FlatMapMapDataset
 
 
 def apply_transformations(ds: Any, transformations: Any) -> Any:
@@ -14,10 +17,6 @@ def apply_transformations(ds: Any, transformations: Any) -> Any:
     ``Filter`` → ``filter``, ``Batch`` → ``batch``, ``FlatMap`` → a flat-map stage. Anything else is a
     ``TypeError`` naming its position.
     """
-    from grain_core.dataset.base import MapDataset
-    from grain_core.dataset.iter_ops import FlatMapIterDataset
-    from grain_core.dataset.map_ops import FlatMapMapDataset
-
     items = transformations if isinstance(transformations, (list, tuple)) else [transformations]
     for i, t in enumerate(items):
         if isinstance(t, tr.Batch):

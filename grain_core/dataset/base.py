@@ -5,20 +5,29 @@
 ``None`` for missing (filtered) elements. ``IterDataset`` is a lazy ``Iterable`` whose ``__iter__``
 returns a checkpointable ``DatasetIterator``.
 
-Transformations are methods returning new datasets; their implementations live in sibling modules and
-are imported on use. Plugin-provided factories (``MapDataset.range``) resolve through the metaclass.
+Transformations are methods returning new datasets; their implementations live in sibling modules
+(and, for ``mp_prefetch`` and ``save``/``load``, in the runtime and checkpoint layers above), which
+import this module. This module never imports them: they install themselves into :data:`installed`
+(see ``docs/architecture.md``). Plugin-provided factories (``MapDataset.range``) resolve through the
+metaclass.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
+import json
 import operator
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from grain_core import grain_states as _grain_states
 from grain_core import seeds as _seeds
+from grain_core import state as _state
+from grain_core.state import StateField
+from grain_core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +38,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 S = TypeVar("S")
 
-__all__ = ["MapDataset", "IterDataset", "DatasetIterator"]
+
+class _Installed:
+    """The stage classes and functions this module's methods build, installed by the modules that
+    define them: ``grain_core.dataset`` installs its own stages, ``grain_core._wiring`` the runtime's
+    and checkpoint's. Importing ``grain_core`` (or any of its modules) installs all of them, so the
+    dependency points up only at run time, never as an import."""
+
+    def install(self, **implementations: Any) -> None:
+        vars(self).update(implementations)
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(
+            f"grain_core's {name} is not installed: import grain_core (not grain_core.dataset.base "
+            "alone, e.g. from a file path) to wire the kernel's layers together."
+        )
+
+
+installed = _Installed()
+
+__all__ = ["MapDataset", "IterDataset", "DatasetIterator", "stage_descriptions"]
 
 _DEFAULT_BASE_SEED = 0
 
@@ -88,8 +116,15 @@ class _DatasetBase:
         (Grain's derivation: ``grain_core.seeds.default_seed``)."""
         return _seeds.default_seed(self)
 
-    def _resolve_seed(self, seed: int | None, *, bounded: bool = True) -> int:
-        """An explicit seed if given, else the derived pipeline seed, else a fixed default."""
+    def resolve_seed(self, seed: int | None, *, bounded: bool = True) -> int:
+        """The seed a random stage uses: ``seed`` if given, else the one derived from ``seed()``
+        upstream, else a fixed default (the seed contract, ``docs/contracts.md``).
+
+        A random stage calls this once in ``__init__`` with its ``seed=`` argument (after
+        ``super().__init__(parents)``) and keeps the result; that call is its declared seed use.
+        Raises ``TypeError`` / ``ValueError`` for a seed Grain refuses (negative, or, when
+        ``bounded``, at least ``2**32``).
+        """
         if seed is not None:
             return _seeds.validate_seed(seed, bounded=bounded)
         derived = self._default_seed
@@ -97,14 +132,28 @@ class _DatasetBase:
             return derived
         return _seeds.derive_seed((_DEFAULT_BASE_SEED,), self._lineage.depth)
 
+    def _resolve_seed(self, seed: int | None) -> int:
+        """Kernel-internal alias of :meth:`resolve_seed`."""
+        return self.resolve_seed(seed)
+
     def pipe(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Returns ``func(self, *args, **kwargs)``: chains transformations that are not methods."""
         return func(self, *args, **kwargs)
 
     def __repr__(self) -> str:
-        from grain_core.dataset.describe import describe
+        return installed.describe(self)
 
-        return describe(self)
+
+def _plugin_factory(cls: type, name: str) -> Any:
+    """``cls.name`` registered by a plugin (``MapDataset.range``); a miss suggests the closest name."""
+    from grain_core.plugins import registry
+
+    try:
+        return registry.dataset_factory(cls.__name__, name)
+    except registry.PluginNameError as e:
+        if registry.KNOWN_PROVIDERS.get(name) is not None:
+            raise
+        raise registry.PluginNameError(f"{e}{did_you_mean(name, [*dir(cls), *dir(type(cls))])}") from None
 
 
 class MapDatasetMeta(abc.ABCMeta):
@@ -112,36 +161,26 @@ class MapDatasetMeta(abc.ABCMeta):
 
     def source(cls, source: Any) -> MapDataset:
         """Returns a dataset over ``source``: any ``Sequence`` or ``RandomAccessDataSource``."""
-        from grain_core.dataset.map_ops import SourceMapDataset
-
-        return SourceMapDataset(source)
+        return installed.SourceMapDataset(source)
 
     def concatenate(cls, datasets: Sequence[MapDataset]) -> MapDataset:
         """Returns the elements of ``datasets`` one after another (epoch ``n`` of each)."""
-        from grain_core.dataset.mixing import ConcatenateMapDataset
-
-        return ConcatenateMapDataset(datasets)
+        return installed.ConcatenateMapDataset(datasets)
 
     def mix(cls, datasets: Sequence[MapDataset], weights: Sequence[float] | None = None) -> MapDataset:
         """Returns ``datasets`` interleaved in proportion to ``weights`` (uniform by default)."""
-        from grain_core.dataset.mixing import MixedMapDataset
-
-        return MixedMapDataset(datasets, weights)
+        return installed.MixedMapDataset(datasets, weights)
 
     def select_from_datasets(
         cls, datasets: Sequence[MapDataset], selection_map: DatasetSelectionMap
     ) -> MapDataset:
         """Returns a dataset whose index ``i`` is ``datasets[d][j]`` for ``(d, j) = selection_map[i]``."""
-        from grain_core.dataset.mixing import SelectionMapDataset
-
-        return SelectionMapDataset(datasets, selection_map)
+        return installed.SelectionMapDataset(datasets, selection_map)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -166,8 +205,13 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
-        # Grain-style subclasses implement __getitem__ directly; route the kernel's calls to it.
-        if "__getitem__" in cls.__dict__ and "_getitem" not in cls.__dict__:
+        if "_getitem" in cls.__dict__:
+            return
+        if "element_at" in cls.__dict__:
+            # The public element hook: the kernel's internal fast path calls it directly.
+            cls._getitem = cls.__dict__["element_at"]  # type: ignore[method-assign]
+        elif "__getitem__" in cls.__dict__:
+            # Grain-style subclasses implement __getitem__ directly; route the kernel's calls to it.
             user_getitem = cls.__dict__["__getitem__"]
 
             def _getitem(self, index: int, _get=user_getitem):
@@ -175,12 +219,22 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
             cls._getitem = _getitem  # type: ignore[method-assign]
 
-    def _getitem(self, index: int) -> T | None:
-        """Returns the element at a non-negative ``index`` (past ``len`` means a later epoch).
+    def element_at(self, index: int) -> T | None:
+        """Returns the element at a non-negative ``index``; the element hook of a map stage.
 
-        Subclasses implement this (or, Grain-style, ``__getitem__`` for ints, which is then used).
+        ``index >= len(self)`` reads a later epoch (``index // len`` is the epoch); ``None`` means
+        the element is missing (filtered). A stage implements this for one index and may override
+        :meth:`__getitems__` for many; it reads its parent with ``parent.element_at(i)`` or
+        ``parent.__getitems__(indices)``. ``ds[i]`` (which also takes negative ints and slices)
+        calls it. Grain-style subclasses may implement ``__getitem__`` instead.
         """
-        raise NotImplementedError(f"{type(self).__name__} implements neither _getitem nor __getitem__.")
+        return self._getitem(index)
+
+    def _getitem(self, index: int) -> T | None:
+        """Kernel-internal element access (see :meth:`element_at`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither element_at nor __getitem__."
+        )
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -212,54 +266,50 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
     def __iter__(self) -> DatasetIterator[T]:
         return self.to_iter_dataset().__iter__()
 
+    def fingerprint_fields(self) -> Mapping[str, Any]:
+        """What, besides its class and length, identifies this stage in iterator states.
+
+        Returns named values (``{"window_size": 8, "seed": 3}``) with a deterministic ``repr``:
+        the kernel digests them into the fingerprint of the ``MapDataset`` chain that a
+        ``to_iter_dataset`` state records, so a state saved with other values is refused. Stages
+        whose output depends on a seed or a size list them here; the default is none.
+        """
+        return {}
+
     def _fingerprint_fields(self) -> tuple[Any, ...]:
-        """What, besides class and length, identifies this stage in iterator states."""
-        return ()
+        """Kernel-internal: the values of :meth:`fingerprint_fields`, in order."""
+        return tuple(self.fingerprint_fields().values())
 
     # --- transformations -------------------------------------------------------------------------
 
     def seed(self, seed: int) -> MapDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        from grain_core.dataset.map_ops import SeedMapDataset
-
-        return SeedMapDataset(self, seed)
+        return installed.SeedMapDataset(self, seed)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """Returns the same elements globally shuffled, differently in every epoch."""
-        from grain_core.dataset.map_ops import ShuffleMapDataset
-
-        return ShuffleMapDataset(self, seed=seed)
+        return installed.ShuffleMapDataset(self, seed=seed)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """Returns the elements at the positions of ``sl`` (``ds[a:b:c]`` is the same)."""
-        from grain_core.dataset.map_ops import SliceMapDataset
-
-        return SliceMapDataset(self, sl)
+        return installed.SliceMapDataset(self, sl)
 
     def map(self, transform: Any) -> MapDataset:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        from grain_core.dataset.map_ops import MapMapDataset
-
-        return MapMapDataset(self, transform)
+        return installed.MapMapDataset(self, transform)
 
     def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset:
         """Returns elements passed through ``transform(x, rng)``, ``rng`` a pure function of
         (seed, index)."""
-        from grain_core.dataset.map_ops import RandomMapMapDataset
-
-        return RandomMapMapDataset(self, transform, seed=seed)
+        return installed.RandomMapMapDataset(self, transform, seed=seed)
 
     def map_with_index(self, transform: Any) -> MapDataset:
         """Returns ``transform(index, element)`` for each element."""
-        from grain_core.dataset.map_ops import MapWithIndexMapDataset
-
-        return MapWithIndexMapDataset(self, transform)
+        return installed.MapWithIndexMapDataset(self, transform)
 
     def filter(self, transform: Any) -> MapDataset[T]:
         """Returns the dataset with ``None`` where ``transform(element)`` is false."""
-        from grain_core.dataset.map_ops import FilterMapDataset
-
-        return FilterMapDataset(self, transform)
+        return installed.FilterMapDataset(self, transform)
 
     def batch(
         self,
@@ -269,33 +319,25 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> MapDataset[S]:
         """Returns consecutive elements of each epoch grouped by ``batch_size``, stacked leafwise."""
-        from grain_core.dataset.map_ops import BatchMapDataset
-
-        return BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return installed.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
     ) -> MapDataset[T]:
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
         (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
-        one exactly (random stages upstream are not reseeded)."""
-        from grain_core.dataset.map_ops import RepeatMapDataset
-
-        return RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
+        epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
+        return installed.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        from grain_core.dataset.apply import apply_transformations
-
-        return apply_transformations(self, transformations)
+        return installed.apply_transformations(self, transformations)
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
     ) -> IterDataset[T]:
         """Returns an ``IterDataset`` over this dataset, read ahead by ``read_options`` threads."""
-        from grain_core.dataset.prefetch import PrefetchIterDataset
-
-        return PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
+        return installed.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
 
 
 class IterDatasetMeta(abc.ABCMeta):
@@ -307,16 +349,12 @@ class IterDatasetMeta(abc.ABCMeta):
         weights: Sequence[float] | Mapping[str, float] | None = None,
     ) -> IterDataset:
         """Returns ``datasets`` interleaved by ``weights``; stops when any input is exhausted."""
-        from grain_core.dataset.mixing import MixedIterDataset
-
-        return MixedIterDataset(datasets, weights)
+        return installed.MixedIterDataset(datasets, weights)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        from grain_core.plugins import registry
-
-        return registry.dataset_factory(cls.__name__, name)
+        return _plugin_factory(cls, name)
 
     def __dir__(cls) -> list[str]:
         from grain_core.plugins import registry
@@ -336,33 +374,23 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        from grain_core.dataset.iter_ops import SeedIterDataset
-
-        return SeedIterDataset(self, seed)
+        return installed.SeedIterDataset(self, seed)
 
     def map(self, transform: Any) -> IterDataset:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        from grain_core.dataset.iter_ops import MapIterDataset
-
-        return MapIterDataset(self, transform)
+        return installed.MapIterDataset(self, transform)
 
     def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset:
         """Returns ``transform(x, rng)``, ``rng`` a pure function of (seed, element count)."""
-        from grain_core.dataset.iter_ops import RandomMapIterDataset
-
-        return RandomMapIterDataset(self, transform, seed=seed)
+        return installed.RandomMapIterDataset(self, transform, seed=seed)
 
     def map_with_index(self, transform: Any) -> IterDataset:
         """Returns ``transform(i, element)`` where ``i`` counts elements from 0."""
-        from grain_core.dataset.iter_ops import MapWithIndexIterDataset
-
-        return MapWithIndexIterDataset(self, transform)
+        return installed.MapWithIndexIterDataset(self, transform)
 
     def filter(self, transform: Any) -> IterDataset[T]:
         """Returns only the elements for which ``transform(element)`` is true."""
-        from grain_core.dataset.iter_ops import FilterIterDataset
-
-        return FilterIterDataset(self, transform)
+        return installed.FilterIterDataset(self, transform)
 
     def batch(
         self,
@@ -372,30 +400,37 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> IterDataset[S]:
         """Returns consecutive elements grouped by ``batch_size``, stacked leafwise."""
-        from grain_core.dataset.iter_ops import BatchIterDataset
-
-        return BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return installed.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def apply(self, transformations: Any) -> IterDataset:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        from grain_core.dataset.apply import apply_transformations
-
-        return apply_transformations(self, transformations)
+        return installed.apply_transformations(self, transformations)
 
     def mp_prefetch(
         self,
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
+        runtime: Any = None,
     ) -> IterDataset[T]:
-        """Returns this dataset produced by ``options.num_workers`` worker processes.
+        """Returns this dataset produced by ``options.num_workers`` workers.
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
-        at the number of CPUs.
+        at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
+        refused with ``ValueError``: workers read strided slices (``i::num_workers``). ``runtime``
+        picks where workers run: a runtime object or a registered runtime name (default
+        ``"processes"``: local processes; see ``docs/runtime.md``).
         """
-        from grain_core.runtime.multiprocess import MultiprocessPrefetchIterDataset
-
-        return MultiprocessPrefetchIterDataset(self, options, worker_init_fn=worker_init_fn)
+        if sequential_slice:
+            raise ValueError(
+                "mp_prefetch(sequential_slice=True) is not supported: grain_core workers read "
+                "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
+                "docs/migration.md)."
+            )
+        return installed.MultiprocessPrefetchIterDataset(
+            self, options, worker_init_fn=worker_init_fn, runtime=runtime
+        )
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated alias of :meth:`mp_prefetch`."""
@@ -424,24 +459,6 @@ class DatasetIterator(Iterator[T], abc.ABC):
         self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)
         self._options: DatasetOptions | None = None
 
-    def __init_subclass__(cls, **kwargs: Any):
-        super().__init_subclass__(**kwargs)
-        # Every set_state also takes the state Grain's equivalent iterator saved
-        # (grain_core.grain_states translates it against this iterator's own state).
-        own = cls.__dict__.get("set_state")
-        if own is not None and not getattr(own, "_takes_grain_states", False):
-
-            def set_state(self: DatasetIterator, state: Any, _own: Any = own) -> None:
-                if _grain_states.is_grain_state(state):
-                    template = self.get_state()
-                    if not _grain_states.is_grain_state(template):  # else: a user iterator's own
-                        state = _grain_states.from_grain_state(state, template)
-                return _own(self, state)
-
-            set_state.__doc__ = own.__doc__
-            set_state._takes_grain_states = True  # type: ignore[attr-defined]
-            cls.set_state = set_state  # type: ignore[method-assign]
-
     @property
     def parents(self) -> Sequence[DatasetIterator]:
         """The iterators this one reads from."""
@@ -453,13 +470,95 @@ class DatasetIterator(Iterator[T], abc.ABC):
     @abc.abstractmethod
     def __next__(self) -> T: ...
 
+    def next_chunk(self, max_elements: int) -> list[T]:
+        """Returns the next 1 to ``max_elements`` elements, in order, as a list.
+
+        Raises ``StopIteration`` when the iterator is exhausted. Afterwards ``get_state()`` is the
+        position after the last element returned, exactly as after the same number of ``next()``
+        calls, and ``next()`` and ``next_chunk()`` calls may be mixed freely.
+
+        This is the chunk protocol of the stage-author API: a stage that works on whole lists
+        (``map``, ``filter``, ``batch``, the packers, ...) pulls chunks from its parent and returns
+        chunks, so per-element Python overhead is paid once per chunk. This default returns one
+        element from ``next()``, so every iterator supports the protocol; override it when the stage
+        can produce several elements at once more cheaply. How many elements come back is up to the
+        stage (fewer than asked is always allowed), never which ones.
+        """
+        return [self.__next__()]
+
     @abc.abstractmethod
     def get_state(self) -> dict[str, Any]:
         """Returns the current position as a JSON-serialisable dict."""
 
-    @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
-        """Moves to the position ``state`` describes (a dict from ``get_state`` of this pipeline)."""
+        """Moves to the position ``state`` describes (a dict from ``get_state`` of this pipeline).
+
+        The kernel's protocol, the same for every stage: (1) every value of ``state`` is checked
+        against the type of its counterpart in this iterator's own ``get_state()``
+        (:func:`grain_core.state.check_state_types`: ``next_index="3"``, ``3.5`` or ``True`` are
+        refused); (2) :meth:`check_state` validates the stage's declared fields, without changing
+        anything; (3) :meth:`restore_state` moves the iterator. If (3) raises, the iterator is
+        put back where it was, so a refused state leaves every stage untouched: it then emits
+        exactly what it would have. Stages implement :meth:`check_state` / :meth:`restore_state`;
+        a subclass that overrides ``set_state`` itself (Grain style) gets (1) and the rollback too.
+        """
+        if (
+            type(self).restore_state is DatasetIterator.restore_state
+            and type(self).set_state is not DatasetIterator.set_state
+        ):
+            return  # a Grain-style set_state calling super(): the base has nothing to restore
+        self.check_state(state)
+        self.restore_state(state)
+
+    def state_fields(self) -> Mapping[str, StateField] | None:
+        """The fields of this stage's state and how to validate them (``None``: not declared).
+
+        A stage returns ``{name: StateField...}`` for every field its ``get_state()`` returns
+        besides ``kind``; :meth:`check_state` then refuses a state whose fields are missing, of the
+        wrong type, out of range, or (identity fields) different from this pipeline's, before
+        anything changes. See :class:`grain_core.state.StateField`.
+        """
+        return None
+
+    @property
+    def state_kind(self) -> str:
+        """The ``kind`` this stage's states carry: the ``kind`` attribute, else the class name."""
+        return getattr(self, "kind", "") or type(self).__name__
+
+    def check_state(self, state: Any) -> None:
+        """Raises if ``state`` does not fit this iterator; never changes anything.
+
+        The default checks the fields :meth:`state_fields` declares (parent fields with the
+        parents' own ``check_state``). Override it (calling ``super()``) for checks between fields
+        (``turn < cycle_length``); checks that need data (replaying a window) belong in
+        :meth:`restore_state`, which is rolled back when it raises.
+        """
+        fields = self.state_fields()
+        if fields is None:
+            return
+        parents = self._parents
+
+        def check_parent(index: int, sub: Any) -> None:
+            if sub is not None:
+                parents[index].check_state(sub)
+
+        _state.check_state_fields(
+            state, self.state_kind, fields, self.get_state(), check_parent=check_parent
+        )
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Moves this iterator (and its parents) to ``state``, already checked by
+        :meth:`check_state`. Stages implement this; the kernel's :meth:`set_state` calls it and rolls
+        it back if it raises."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither restore_state nor set_state."
+        )
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("set_state")
+        if own is not None and not getattr(own, "_grain_atomic", False):
+            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign,assignment]
 
     def start_prefetch(self) -> None:
         """Starts producing elements in the background, where the iterator can (else a no-op)."""
@@ -477,26 +576,134 @@ class DatasetIterator(Iterator[T], abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _apply_options(self, options: DatasetOptions) -> None:
-        """Applies pipeline-wide options to this iterator and everything upstream of it."""
+    @property
+    def options(self) -> DatasetOptions | None:
+        """The pipeline-wide ``DatasetOptions`` applied to this iterator, or ``None``."""
+        return self._options
+
+    def apply_options(self, options: DatasetOptions) -> None:
+        """Applies pipeline-wide options to this iterator and everything upstream of it.
+
+        The kernel calls it on the iterator below ``with_options``; it merges ``options`` into
+        :attr:`options` and calls it on every parent. A stage that opens iterators which are not
+        its parents (one per file, say) calls ``it.apply_options(self.options)`` on each when
+        :attr:`options` is set, and overrides this method (calling ``super()``) to pass later
+        options on to the ones already open.
+        """
         self._options = options.merge(self._options) if self._options else options
         for p in self._parents:
-            p._apply_options(options)
+            p.apply_options(options)
+
+    def _apply_options(self, options: DatasetOptions) -> None:
+        """Kernel-internal alias of :meth:`apply_options`."""
+        self.apply_options(options)
 
     def save(self, directory: Any) -> Coroutine[Any, Any, None]:
         """Returns a coroutine writing ``get_state()`` as of this call into ``directory``.
 
         The state is captured before returning (not when the coroutine runs), as Orbax expects.
         """
-        from grain_core.checkpoint import save_iterator_state
-
-        return save_iterator_state(self, directory)
+        return installed.save_iterator_state(self, directory)
 
     async def load(self, directory: Any) -> None:
         """Reads a state written by :meth:`save` from ``directory`` and sets it."""
-        from grain_core.checkpoint import load_iterator_state
+        await installed.load_iterator_state(self, directory)
 
-        await load_iterator_state(self, directory)
+
+_rollback = threading.local()
+
+
+def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """Wraps a ``set_state``: types checked first, and the iterator put back if it raises.
+
+    Only the outermost ``set_state`` of a call tree snapshots and rolls back (its rollback restores
+    every stage below it), so a chain of ``n`` stages costs one extra ``get_state``, not ``n``.
+    """
+
+    @functools.wraps(set_state)
+    def atomic(self: DatasetIterator, state: Any) -> None:
+        if _grain_states.is_grain_state(state):
+            # A state Grain's equivalent iterator saved: rewritten against this iterator's own
+            # (a user-written iterator whose own states have no kind keeps it as it is).
+            template = self.get_state()
+            if not _grain_states.is_grain_state(template):
+                state = _grain_states.from_grain_state(state, template)
+        if getattr(_rollback, "armed", False):
+            set_state(self, state)
+            return
+        try:
+            before = self.get_state()
+        except Exception:  # nothing to go back to (e.g. a closed iterator): its own errors apply
+            set_state(self, state)
+            return
+        _state.check_state_types(before, state)
+        _rollback.armed = True
+        try:
+            set_state(self, state)
+        except BaseException as error:
+            try:
+                unchanged = self.get_state() == before
+            except Exception:
+                unchanged = False
+            if not unchanged:
+                try:
+                    set_state(self, before)
+                except Exception as again:
+                    error.add_note(
+                        f"Putting {type(self).__name__} back where it was failed too ({again!r}); "
+                        "create a new iterator before using it."
+                    )
+            if isinstance(error, StopIteration):  # never let set_state look like exhaustion
+                raise _state.StateMismatchError(
+                    f"{type(self).__name__}: the state points past the end of the input it replays: "
+                    "it comes from a different pipeline or was altered. The iterator is unchanged."
+                ) from error
+            raise
+        finally:
+            _rollback.armed = False
+
+    atomic._grain_atomic = True  # type: ignore[attr-defined]
+    return atomic
+
+
+DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign,assignment]
+
+
+def _describe_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 120:  # a long source description: a readable head and a digest of the rest
+        text = f"{text[:100]}...{_state.fingerprint(text)}"
+    return text
+
+
+def stage_descriptions(ds: MapDataset) -> list[str]:
+    """One JSON string per stage of ``ds``'s ``MapDataset`` chain, ``ds`` first, depth first:
+    ``{"stage": class name, "length": len (-1: infinite), **fingerprint_fields()}``.
+
+    A ``to_iter_dataset`` state records these next to its fingerprint, so that a refused state says
+    which field of which stage differs (:func:`grain_core.state.explain_stage_difference`).
+    Strings, so that :func:`grain_core.state.check_same_pipeline` never compares them itself.
+    """
+    out: list[str] = []
+
+    def visit(d: MapDataset) -> None:
+        n = len(d)
+        entry: dict[str, Any] = {"stage": type(d).__name__, "length": -1 if n >= sys.maxsize else n}
+        if type(d)._fingerprint_fields is MapDataset._fingerprint_fields:
+            fields = d.fingerprint_fields()
+        else:  # a kernel stage with unnamed fields
+            fields = {"fields": d._fingerprint_fields()} if d._fingerprint_fields() else {}
+        for key, value in fields.items():
+            entry[str(key)] = _describe_value(value)
+        out.append(json.dumps(entry, separators=(",", ":")))
+        for p in d.parents:
+            if isinstance(p, MapDataset):
+                visit(p)
+
+    visit(ds)
+    return out
 
 
 def infinite_length() -> int:

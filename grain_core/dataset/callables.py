@@ -7,7 +7,7 @@ from typing import Any
 
 from grain_core import transforms as tr
 
-_METHOD_OF = {
+_METHOD_OF: dict[type, str] = {
     tr.Map: "map",
     tr.RandomMap: "random_map",
     tr.MapWithIndex: "map_with_index",

@@ -57,8 +57,8 @@ class SourceMapDataset(MapDataset):
     def __len__(self) -> int:
         return self._len
 
-    def _fingerprint_fields(self):
-        return (source_identity(self._source),)
+    def fingerprint_fields(self):
+        return {"source": source_identity(self._source)}
 
     def _empty(self):
         return IndexError("Cannot read from an empty data source (length 0).")
@@ -98,8 +98,8 @@ class SeedMapDataset(MapDataset):
     def __len__(self):
         return len(self._parent)
 
-    def _fingerprint_fields(self):
-        return (self._seed,)
+    def fingerprint_fields(self):
+        return {"seed": self._seed}
 
     def _getitem(self, index):
         return self._parent._getitem(index)
@@ -114,7 +114,7 @@ class ShuffleMapDataset(MapDataset):
     def __init__(self, parent: MapDataset, seed: int | None = None):
         super().__init__(parent)
         self._parent = parent
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
         self._n = len(parent)
         if self._n >= sys.maxsize:
             raise ValueError(
@@ -126,8 +126,8 @@ class ShuffleMapDataset(MapDataset):
     def __len__(self):
         return self._n
 
-    def _fingerprint_fields(self):
-        return (self._seed,)
+    def fingerprint_fields(self):
+        return {"seed": self._seed}
 
     def _perm(self, epoch: int) -> _seeds.IndexPermutation:
         cached = self._perm_cache
@@ -180,8 +180,8 @@ class SliceMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _fingerprint_fields(self):
-        return (self._start, self._stop, self._step)
+    def fingerprint_fields(self):
+        return {"start": self._start, "stop": self._stop, "step": self._step}
 
     def _getitem(self, index):
         if self._len == 0:
@@ -244,11 +244,11 @@ class RandomMapMapDataset(_OneToOneMapDataset):
 
     def __init__(self, parent: MapDataset, transform: Any, seed: int | None = None):
         super().__init__(parent, transform, tr.RandomMap, "random_map()")
-        self._seed = self._resolve_seed(seed, bounded=False)
+        self._seed = self.resolve_seed(seed, bounded=False)
         self._rngs = _seeds.ElementRngs(self._seed)
 
-    def _fingerprint_fields(self):
-        return (self._seed,)
+    def fingerprint_fields(self):
+        return {"seed": self._seed}
 
     def _getitem(self, index):
         x = self._parent._getitem(index)
@@ -344,8 +344,8 @@ class BatchMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _fingerprint_fields(self):
-        return (self._bs, self._drop)
+    def fingerprint_fields(self):
+        return {"batch_size": self._bs, "drop_remainder": self._drop}
 
     def _parent_indices(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Parent indices of every requested batch, concatenated, and each batch's size."""
@@ -393,6 +393,8 @@ class RepeatMapDataset(MapDataset):
     ):
         super().__init__(parent)
         n = len(parent)
+        # Without reseeding, epoch e reads the parent's first epoch again (index modulo n).
+        self._reseed = bool(reseed_each_epoch)
         if n >= sys.maxsize:
             raise ValueError("Cannot repeat an infinite dataset (it is already repeated).")
         if num_epochs is not None:
@@ -408,17 +410,19 @@ class RepeatMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _fingerprint_fields(self):
-        return (self._epochs,) if self._reseed else (self._epochs, False)
+    def fingerprint_fields(self):
+        if self._reseed:
+            return {"num_epochs": self._epochs}
+        return {"num_epochs": self._epochs, "reseed_each_epoch": False}
 
     def _getitem(self, index):
         if not self._reseed:
-            index = index % self._parent_len
+            index = index % len(self._parent)
         return self._parent._getitem(index)
 
     def __getitems__(self, indices):
         if not self._reseed:
-            indices = _index_array(indices) % self._parent_len
+            indices = _index_array(indices) % len(self._parent)
         return self._parent.__getitems__(indices)
 
 
@@ -439,8 +443,8 @@ class FlatMapMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _fingerprint_fields(self):
-        return (self._fan_out,)
+    def fingerprint_fields(self):
+        return {"max_fan_out": self._fan_out}
 
     def _expand(self, parent_index: int) -> list[Any]:
         cached = getattr(self._local, "last", None)

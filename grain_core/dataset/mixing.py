@@ -12,6 +12,7 @@ import numpy as np
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.chunking import can_unread, mix_chunk, mix_unread
 from grain_core.transforms import DatasetSelectionMap
 
 
@@ -242,6 +243,8 @@ class _MixedIterator(DatasetIterator):
         self._ds = ds
         self._pos = 0
         self._done = False
+        if not all(can_unread(p) for p in self._parents):
+            self._unread = None  # type: ignore[assignment]  # chunks only from parents that can
 
     def __next__(self):
         if self._done:
@@ -253,6 +256,20 @@ class _MixedIterator(DatasetIterator):
         except StopIteration:
             self._done = True
             raise
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        if self._done or self._unread is None:
+            return [self.__next__()]
+        out = mix_chunk(self._parents, self._ds._pattern.order, self._pos, max_elements)
+        if not out:
+            self._done = True
+            raise StopIteration
+        self._pos += len(out)
+        return out
+
+    def _unread(self, count: int) -> None:
+        mix_unread(self._parents, self._ds._pattern.order, self._pos, count)
+        self._pos -= count
 
     def get_state(self):
         return _state.make_state(

@@ -1,22 +1,40 @@
 """``MapDataset.to_iter_dataset``: reading a ``MapDataset`` in order, chunk by chunk, optionally in
 background threads.
 
-Work is handed to threads as chunks of consecutive indices read with ``__getitems__`` (so sources
-read in bulk), never one element per task. The chunk size adapts to how long chunks take; it changes
-how work is split, never which elements come out or in what order.
+Elements are read in chunks of consecutive indices with ``__getitems__`` (so sources read in bulk),
+never one element per call. The chunk size adapts to how long chunks take and to how many bytes an
+element holds; it changes how work is split, never which elements come out or in what order. The
+state is always the index after the last element returned, whatever has been read.
 
+Chunk size and read-ahead are separate. With ``num_threads=0`` or ``prefetch_buffer_size=0``
+nothing is read ahead in the background: the caller reads synchronous chunks itself, 1, 2, 4, ...
+elements after a (re)start (the first element comes at once), doubling while a chunk takes under
+``_SYNC_GROW_SECONDS``, up to ``_MAX_CHUNK`` elements and about ``_CHUNK_BYTES`` bytes.
+
+With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
+unreturned rest of the chunk being consumed, and each chunk holds at most about ``_CHUNK_BYTES``.
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
-caller reads the first chunks itself (1, 2, 4, ... elements) until it has spent ``_COLD_SECONDS``
-reading, then hands work to the threads with a ramp (at most 1, 2, 4, ... chunks in flight, doubling
-per chunk consumed): the first elements do not wait behind a pool of threads competing for the GIL,
-and a restore followed soon by another restore wastes little work. The ramp reaches the full pool
-after a handful of chunks, so steady-state throughput is unchanged. ``start_prefetch()`` skips both
-(it asks for reading ahead at once).
+caller reads the first element itself (it waits for it anyway), then chunks go to the threads with
+a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk consumed): the first elements do
+not wait behind a pool of threads competing for the GIL, and a restore followed soon by another
+restore wastes little work. The ramp reaches the full pool after a handful of chunks, so
+steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for reading ahead
+at once).
+
+A slow element does not hold back finished earlier ones: when the chunk at the head of the buffer
+has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
+caller reads that chunk's elements itself, one at a time, and hands each out as soon as it is read
+(switching back to the thread's result once it is done).
+
+A failing read is retried element by element, so the elements before the failing one are delivered
+and the error (with a note naming the index) surfaces at the element that caused it.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import sys
 import threading
 import time
@@ -25,7 +43,7 @@ from concurrent import futures
 from typing import Any
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
 from grain_core.dataset.sharing import claim_worker_share
 from grain_core.options import DatasetOptions, ReadOptions
 
@@ -33,7 +51,10 @@ _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
 _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
-_COLD_SECONDS = 0.005  # reading done by the caller itself after a (re)start
+_CHUNK_BYTES = 4 << 20  # a chunk holds about this many bytes at most (at least one element)
+_SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
+_SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
+_SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
 
 
 class FilterRatioError(ValueError):
@@ -135,7 +156,11 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._full_ds = ds
         self._read_options = read_options
         self._allow_nones = allow_nones
+        # No background read-ahead without threads or without a buffer: synchronous chunks.
+        self._sync = not (read_options.num_threads and read_options.prefetch_buffer_size)
         self._filter_check = FilterRatioCheck("to_iter_dataset")
+        self._elem_bytes = 0  # bytes of a recently read element (0: not known yet)
+        self._typical_seconds = 0.0  # how long a chunk recently took
         self._configure(ds)
         self._lock = threading.Lock()
         self._pool: futures.ThreadPoolExecutor | None = None
@@ -145,21 +170,23 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._ds = ds
         self._len = len(ds)
         self._fingerprint = map_fingerprint(ds)
+        self._stages = stage_descriptions(ds)
         self._next_index = 0
         self._reset_buffer()
 
     def _reset_buffer(self) -> None:
         """Forgets everything read ahead and restarts cold at ``_next_index`` (see the docstring)."""
         self._chunk = 1
-        self._cold = True  # chunks are read by the caller, not by threads
-        self._cold_spent = 0.0  # seconds the caller spent reading since the (re)start
+        self._cold = True  # the next chunk (one element) is read by the caller
         self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
         self._buffer: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._read_to = self._next_index
-        self._current: list[Any] = []
+        self._current: Any = []
         self._current_start = self._next_index
         self._current_pos = 0
+        self._current_dense = True  # the current chunk holds no None (slices need no filtering)
+        self._taken_from = 0  # _current_pos before the latest next_chunk (see _unread)
 
     def set_slice(self, sl: slice) -> None:
         """Restricts this iterator to ``ds[sl]``; only valid before the first element is read."""
@@ -174,6 +201,16 @@ class PrefetchDatasetIterator(DatasetIterator):
         t1 = time.perf_counter()
         return items, t1 - t0, t1
 
+    def _chunk_limit(self) -> int:
+        """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``_CHUNK_BYTES`` bytes and,
+        with threads, half the buffer (so reading ahead overlaps consuming)."""
+        limit = _MAX_CHUNK
+        if self._elem_bytes:
+            limit = min(limit, max(1, _CHUNK_BYTES // self._elem_bytes))
+        if not self._sync:
+            limit = min(limit, max(1, self._read_options.prefetch_buffer_size // 2))
+        return limit
+
     def _adapt(self, seconds: float, pool_seconds: float) -> None:
         """Resizes chunks from how long the last one took on its own (``seconds``) and what it cost
         the thread pool (``pool_seconds``: at most the time since the chunk before it was done).
@@ -183,79 +220,111 @@ class PrefetchDatasetIterator(DatasetIterator):
         Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
         own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
         cost per call (ArrayRecord) get calls as large as one thread's share of the buffer."""
+        limit = self._chunk_limit()
+        self._typical_seconds = seconds
+        if self._sync:
+            if seconds < _SYNC_GROW_SECONDS:
+                self._chunk = min(self._chunk * 2, limit)
+            elif seconds > 4 * _SYNC_GROW_SECONDS:
+                self._chunk = max(1, min(self._chunk // 2, limit))
+            else:
+                self._chunk = min(self._chunk, limit)
+            return
         budget = self._read_options.prefetch_buffer_size
-        limit = max(1, min(_MAX_CHUNK, budget // 2 or 1))
         if seconds < _MIN_CHUNK_SECONDS:
             self._chunk = min(self._chunk * 2, limit)
         elif pool_seconds < _POOL_GROW_SECONDS:
             per_thread = min(limit, budget // max(self._read_options.num_threads, 1))
-            self._chunk = min(self._chunk * 2, max(self._chunk, per_thread))
+            self._chunk = min(self._chunk * 2, max(self._chunk, per_thread), limit)
         elif pool_seconds > _MAX_CHUNK_SECONDS:
             self._chunk = max(1, self._chunk // 2)
         else:
             self._chunk = min(self._chunk, limit)
 
     def _fill(self) -> None:
-        """Submits chunks until ``prefetch_buffer_size`` elements are in flight."""
+        """Queues chunks: one to be read by the caller (synchronous or cold), or, with threads,
+        submits chunks until ``prefetch_buffer_size`` elements are in flight, counting the unreturned
+        rest of the current chunk."""
         threads = self._read_options.num_threads
-        budget = max(self._read_options.prefetch_buffer_size, 1)
-        in_flight = sum(stop - start for start, stop, _ in self._buffer)
+        budget = self._read_options.prefetch_buffer_size
+        in_flight = len(self._current) - self._current_pos
+        in_flight += sum(stop - start for start, stop, _ in self._buffer)
         while self._read_to < self._len and (in_flight < budget or not self._buffer):
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             start = self._read_to
             stop = min(self._len, start + self._chunk)
-            if threads == 0 or self._cold:
-                # Read by the caller in _next_chunk: every chunk without threads, or the first ones
-                # after a (re)start (the caller waits for them anyway, and threads reading ahead
-                # would compete with it for the GIL). One such chunk is queued at a time.
+            if self._sync or self._cold:
+                # Read by the caller in _next_chunk: every chunk without read-ahead, and the first
+                # (one element) after a (re)start. One such chunk is queued at a time.
                 if not self._buffer:
                     self._buffer.append((start, stop, None))
                     self._read_to = stop
                 break
-            else:
-                if self._pool is None:
-                    self._pool = futures.ThreadPoolExecutor(
-                        max_workers=threads, thread_name_prefix="grain_core-read"
-                    )
-                self._buffer.append((start, stop, self._pool.submit(self._read_chunk, start, stop)))
+            if budget - in_flight < stop - start and self._buffer:
+                stop = start + max(1, budget - in_flight)  # the last chunk fills the budget exactly
+            if self._pool is None:
+                self._pool = futures.ThreadPoolExecutor(
+                    max_workers=threads, thread_name_prefix="grain_core-read"
+                )
+            self._buffer.append((start, stop, self._pool.submit(self._read_chunk, start, stop)))
             self._read_to = stop
             in_flight += stop - start
 
+    def _slow_after(self) -> float:
+        return max(_SLOW_MIN_SECONDS, _SLOW_FACTOR * self._typical_seconds)
+
     def _next_chunk(self) -> bool:
+        """Makes the next chunk current; False at the end. An exception (even a
+        ``KeyboardInterrupt`` while waiting) leaves the iterator as it was."""
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         if not self._buffer:
             self._fill()
             if not self._buffer:
                 return False
-        start, stop, fut = self._buffer.popleft()
-        if fut is not None and self._ramp is not None:
-            self._ramp *= 2
-            if self._ramp > 2 * self._read_options.num_threads:
-                self._ramp = None
+        start, stop, fut = self._buffer[0]
+        items: Any
+        lazy = False
         try:
             if fut is None:
                 items, seconds, done = self._read_chunk(start, stop)
             else:
-                items, seconds, done = fut.result()
-            last, self._last_done = self._last_done, done
-            pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
+                try:
+                    items, seconds, done = fut.result(timeout=self._slow_after())
+                except futures.TimeoutError:
+                    # A slow element: hand out what can be read without waiting for it.
+                    items, lazy = _LazyChunk(self._ds, start, stop, fut), True
+                    seconds = done = 0.0
+            if not lazy:
+                last, self._last_done = self._last_done, done
+                pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
         except Exception:
             # Re-read one by one so the elements before the failing one are still delivered and
             # the error surfaces at the element that caused it.
-            items = _LazyChunk(self._ds, start, stop)
-            seconds = pool_seconds = _MAX_CHUNK_SECONDS * 2
-        self._adapt(seconds, pool_seconds)
-        if fut is None and self._cold:
-            self._cold_spent += seconds
-            if self._cold_spent >= _COLD_SECONDS:
-                self._cold = False
-        if not self._allow_nones and not isinstance(items, _LazyChunk):
-            dropped = sum(1 for x in items if x is None)
-            self._filter_check.record(dropped, len(items), self._options)
+            items, lazy = _LazyChunk(self._ds, start, stop), True
+        self._buffer.popleft()
+        if fut is not None and self._ramp is not None:
+            self._ramp *= 2
+            if self._ramp > 2 * self._read_options.num_threads:
+                self._ramp = None
+        dense = True
+        if not lazy:
+            if items:
+                self._elem_bytes = _nbytes(items[0]) or self._elem_bytes
+            self._adapt(seconds, pool_seconds)
+            if not self._allow_nones:
+                dropped = sum(map(operator.is_, items, itertools.repeat(None)))
+                dense = not dropped
+                self._filter_check.record(dropped, len(items), self._options)
+        else:
+            dense = self._allow_nones
         self._current, self._current_start, self._current_pos = items, start, 0
-        if self._read_options.num_threads:
+        self._current_dense = dense
+        self._taken_from = 0
+        if fut is None and self._cold:
+            self._cold = False  # the pool starts at the next chunk, after this one is handed out
+        elif not self._sync:
             self._fill()
         return True
 
@@ -266,8 +335,9 @@ class PrefetchDatasetIterator(DatasetIterator):
             n = len(cur)
             if self._allow_nones:
                 if pos < n:
+                    x = cur[pos]
                     self._current_pos = pos + 1
-                    return cur[pos]
+                    return x
             else:
                 while pos < n:
                     x = cur[pos]
@@ -278,6 +348,44 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._current_pos = pos
             if not self._next_chunk():
                 raise StopIteration
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        while True:
+            cur = self._current
+            pos = self._current_pos
+            n = len(cur)
+            if pos < n:
+                if isinstance(cur, _LazyChunk):
+                    x = cur[pos]
+                    self._taken_from, self._current_pos = pos, pos + 1
+                    if x is None and not self._allow_nones:
+                        continue
+                    return [x]
+                stop = min(n, pos + max_elements)
+                out = cur[pos:stop]
+                self._taken_from, self._current_pos = pos, stop
+                if self._current_dense:
+                    return out
+                out = [x for x in out if x is not None]
+                if out:
+                    return out
+                continue
+            if not self._next_chunk():
+                raise StopIteration
+
+    def _unread(self, count: int) -> None:
+        """Moves back over the last ``count`` elements the latest ``next_chunk`` returned."""
+        if count <= 0:
+            return
+        if self._current_dense:
+            self._current_pos -= count
+            return
+        cur, pos = self._current, self._current_pos
+        while count:
+            pos -= 1
+            if cur[pos] is not None:
+                count -= 1
+        self._current_pos = pos
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -290,9 +398,11 @@ class PrefetchDatasetIterator(DatasetIterator):
             fingerprint=self._fingerprint,
             length=self._len if self._len < sys.maxsize else -1,
             next_index=self._position(),
+            stages=self._stages,
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
+        _state.check_fingerprint(state, "to_iter_dataset", self._fingerprint, self._stages)
         _state.expect_state(
             state,
             "PrefetchDatasetIterator",
@@ -338,20 +448,53 @@ class PrefetchDatasetIterator(DatasetIterator):
 
 
 class _LazyChunk:
-    """A chunk whose elements are read one at a time when first asked for."""
+    """A chunk whose elements are read one at a time, when first asked for, by the caller.
 
-    def __init__(self, ds: MapDataset, start: int, stop: int):
-        self._ds, self._start, self._n = ds, start, stop - start
+    With ``fut`` (a thread still reading the whole chunk), elements come from its result once it
+    is done. A read that fails gets a note naming the index (the error context ``mp_prefetch``
+    workers give too)."""
+
+    def __init__(self, ds: MapDataset, start: int, stop: int, fut: futures.Future | None = None):
+        self._ds, self._start, self._n, self._fut = ds, start, stop - start, fut
+        self._read: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return self._n
 
     def __getitem__(self, pos: int) -> Any:
-        return self._ds._getitem(self._start + pos)
+        fut = self._fut
+        if fut is not None and fut.done():
+            if fut.exception() is None:
+                return fut.result()[0][pos]
+            self._fut = None
+        if pos in self._read:
+            return self._read[pos]
+        index = self._start + pos
+        try:
+            x = self._ds._getitem(index)
+        except Exception as e:
+            e.add_note(f"raised while to_iter_dataset read index {index} of its MapDataset")
+            raise
+        self._read[pos] = x
+        return x
+
+
+def _nbytes(x: Any) -> int:
+    """Approximate bytes of one element: its numpy arrays and ``bytes``/``str`` leaves."""
+    n = getattr(x, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(x, (bytes, bytearray, str)):
+        return len(x)
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(v) for v in x)
+    return 8
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
-    from grain_core.dataset import iterator_tree
+    from grain_core.dataset.trees import iterator_tree
 
     found = [n for n in iterator_tree(ds_iter) if isinstance(n, PrefetchDatasetIterator)]
     if len(found) != 1:

@@ -54,3 +54,15 @@ def register_dataset_factories(register: RegisterFn) -> None:
     ``func`` becomes ``MapDataset.<name>`` (or ``IterDataset.<name>`` with ``on="IterDataset"``),
     e.g. ``MapDataset.range``. Factories cannot shadow the kernel's own methods.
     """
+
+
+@hookspec
+def register_runtimes(register: RegisterFn) -> None:
+    """Register runtimes for ``mp_prefetch``: ``register(obj, name=None)``.
+
+    ``obj`` is a class or factory that, called without arguments, returns a runtime: an object with
+    ``start_workers(job: grain_core.runtime.api.WorkerJob) -> WorkerPool`` (see
+    ``grain_core.runtime.api`` and "Write a runtime" in ``docs/writing-plugins.md``). It is then
+    selected with ``ds.mp_prefetch(options, runtime="<name>")``. ``name`` defaults to
+    ``obj.__name__``; ``"processes"`` is the kernel's own and cannot be taken.
+    """

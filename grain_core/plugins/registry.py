@@ -5,13 +5,23 @@ point in the ``grain_core`` group is loaded on its own: one that fails is record
 warning naming it, unless strict mode re-raises. Environment controls (read at discovery time):
 
 ``GRAIN_CORE_DISABLE_PLUGIN_AUTOLOAD=1``
-    load no entry points; only plugins passed to :func:`register` are used.
+    load no entry points except those named in ``GRAIN_CORE_PLUGINS``; plugins passed to
+    :func:`register` are used as always.
 ``GRAIN_CORE_PLUGINS=a,b``
     allow-list: load only these entry-point or distribution names.
 ``GRAIN_CORE_BLOCK_PLUGINS=a,b``
     block-list: never load these.
 ``GRAIN_CORE_STRICT_PLUGINS=1``
     a plugin that fails to load, or two plugins claiming one name, raises instead of warning.
+
+A name in the allow- or block-list that matches no installed plugin warns, with the closest name.
+Environment variables only select among entry points: no module is ever imported by a name given
+there. A plugin fails to load (a warning naming it, or an error in strict mode), and the others load
+as usual, when importing it fails, when it implements a hook grain_core does not declare, when a hook
+implementation's signature does not match the hook, or when what it registers is invalid.
+
+Discovery scans ``sys.path`` without the working directory unless the process started with it there
+(:mod:`grain_core._safepath`): a ``*.dist-info`` planted where a job is started is never seen.
 
 Worker processes re-run discovery with the same environment, and re-register the plugins that were
 registered explicitly by module name, so they see the same plugins.
@@ -22,15 +32,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import importlib_metadata
 import pluggy
 
+from grain_core import _safepath
 from grain_core.plugins import hookspecs
+from grain_core.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = "grain_core"
 NAMESPACES = ("sources", "experimental", "factories")
@@ -40,23 +52,44 @@ ENV_ALLOW = "GRAIN_CORE_PLUGINS"
 ENV_BLOCK = "GRAIN_CORE_BLOCK_PLUGINS"
 ENV_STRICT = "GRAIN_CORE_STRICT_PLUGINS"
 
-# Names provided by grain_core's own plugins, for install hints when one is not installed.
-KNOWN_PROVIDERS: dict[str, str] = {
-    "RangeDataSource": "grain-plugin-range",
-    "range": "grain-plugin-range",
-    "ArrayRecordDataSource": "grain-plugin-arrayrecord",
-    "FileInstruction": "grain-plugin-arrayrecord",
-    "ParquetIterDataset": "grain-plugin-parquet",
-    "ParquetDataSource": "grain-plugin-parquet",
-    "TfdsDataSource": "grain-plugin-tfds",
-    "FirstFitPackIterDataset": "grain-plugin-packing",
-    "BestFitPackIterDataset": "grain-plugin-packing",
-    "BOSHandling": "grain-plugin-packing",
-    "ConcatThenSplitIterDataset": "grain-plugin-packing",
-    "InterleaveIterDataset": "grain-plugin-interleave",
-    "WindowShuffleMapDataset": "grain-plugin-window-shuffle",
-    "WindowShuffleIterDataset": "grain-plugin-window-shuffle",
+# The one table of which of grain_core's own plugins provides which name, each as ``<where>.<Name>``
+# (``sources``, ``experimental``, ``MapDataset``/``IterDataset`` for factories, ``runtimes``). The
+# install hints below, the tables in docs/plugins.md and README.md, and the built-in plugins'
+# actual registrations are checked against it (tests/test_providers.py).
+PROVIDERS: dict[str, tuple[str, ...]] = {
+    "grain-plugin-range": ("sources.RangeDataSource", "MapDataset.range"),
+    "grain-plugin-arrayrecord": ("sources.ArrayRecordDataSource", "sources.FileInstruction"),
+    "grain-plugin-parquet": (
+        "sources.ParquetDataSource",
+        "sources.ParquetIterDataset",
+        "experimental.ParquetIterDataset",
+    ),
+    "grain-plugin-tfds": ("sources.TfdsDataSource",),
+    "grain-plugin-tfrecord": ("sources.TFRecordIterDataset", "experimental.TFRecordIterDataset"),
+    "grain-plugin-packing": (
+        "experimental.FirstFitPackIterDataset",
+        "experimental.BestFitPackIterDataset",
+        "experimental.ConcatThenSplitIterDataset",
+        "experimental.BOSHandling",
+    ),
+    "grain-plugin-interleave": ("experimental.InterleaveIterDataset",),
+    "grain-plugin-window-shuffle": (
+        "experimental.WindowShuffleMapDataset",
+        "experimental.WindowShuffleIterDataset",
+    ),
+    "grain-plugin-ray": ("runtimes.ray",),
 }
+
+# Name -> distribution, for install hints (derived from PROVIDERS).
+KNOWN_PROVIDERS: dict[str, str] = {
+    qualified.rpartition(".")[2]: dist for dist, names in PROVIDERS.items() for qualified in names
+}
+
+
+def registry_key(qualified: str) -> tuple[str, str]:
+    """The :class:`Discovery` key of a ``<where>.<Name>`` of :data:`PROVIDERS`."""
+    where, _, name = qualified.rpartition(".")
+    return (f"factories:{where}" if where in ("MapDataset", "IterDataset") else where, name)
 
 
 class PluginError(RuntimeError):
@@ -77,6 +110,45 @@ def _truthy(value: str | None) -> bool:
 
 def _names(value: str | None) -> set[str]:
     return {v.strip() for v in (value or "").split(",") if v.strip()}
+
+
+def normalize(name: str) -> str:
+    """A distribution name in its PEP 503 normal form (``Grain_Plugin.X`` → ``grain-plugin-x``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _entry_points() -> Iterator[Any]:
+    """The ``grain_core`` entry points of the distributions on :func:`_safepath.discovery_path`,
+    one distribution per name (the first on the path, as the import system would)."""
+    import importlib_metadata
+
+    seen: set[str] = set()
+    for dist in importlib_metadata.distributions(path=_safepath.discovery_path()):
+        key = normalize(dist.metadata["Name"] or "")
+        if key in seen:
+            continue
+        seen.add(key)
+        yield from dist.entry_points.select(group=ENTRY_POINT_GROUP)
+
+
+def installed_version(distribution: str) -> str | None:
+    """The version of ``distribution`` on the discovery path, or None when it is not installed."""
+    import importlib_metadata
+
+    for dist in importlib_metadata.distributions(path=_safepath.discovery_path()):
+        if normalize(dist.metadata["Name"] or "") == normalize(distribution):
+            return dist.version
+    return None
+
+
+# Factory names each dataset class reserves (its own methods), declared by the dataset kernel
+# through :func:`reserve_factory_names` (this module never imports the kernel: docs/architecture.md).
+_RESERVED: dict[str, Callable[[], Iterable[str]]] = {}
+
+
+def reserve_factory_names(on: str, names: Callable[[], Iterable[str]]) -> None:
+    """Declares that plugin factories on the class ``on`` cannot take the names ``names()``."""
+    _RESERVED[on] = names
 
 
 @dataclasses.dataclass
@@ -100,9 +172,16 @@ class PluginInfo:
     distribution: str
     version: str
     entry_point: str
-    status: str  # "loaded", "failed", "blocked", "not allowed", "registered"
+    status: str  # "loaded", "failed", "blocked", "not allowed", "autoload disabled", "registered"
     error: str = ""
     provides: list[str] = dataclasses.field(default_factory=list)
+    reason: str = ""  # why it is (not) loaded, in words
+
+    @property
+    def label(self) -> str:
+        """``'name' (distribution version)`` for messages."""
+        where = f" ({self.distribution} {self.version})".rstrip() if self.distribution else ""
+        return f"{self.name!r}{where.replace(' )', ')')}"
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -124,54 +203,77 @@ class Discovery:
     # --- loading ----------------------------------------------------------------------------------
 
     def load(self, explicit: list[tuple[Any, str]]) -> None:
-        """Loads entry points (unless autoload is disabled) and then the explicit plugins."""
-        if not _truthy(os.environ.get(ENV_DISABLE_AUTOLOAD)):
-            self._load_entry_points()
+        """Loads entry points (those the environment selects) and then the explicit plugins."""
+        self._load_entry_points()
         for plugin, name in explicit:
-            self._add(plugin, PluginInfo(name, "", "", "", "registered"))
+            self._try_add(plugin, PluginInfo(name, "", "", "", "registered"))
 
     def _load_entry_points(self) -> None:
+        autoload = not _truthy(os.environ.get(ENV_DISABLE_AUTOLOAD))
         allow = _names(os.environ.get(ENV_ALLOW))
         block = _names(os.environ.get(ENV_BLOCK))
-        strict = _truthy(os.environ.get(ENV_STRICT))
+        allow_keys = {normalize(n) for n in allow}
+        block_keys = {normalize(n) for n in block}
+        known: set[str] = set()
         seen: set[str] = set()
-        for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+        for ep in _entry_points():
             dist = ep.dist.name if ep.dist else ""
             version = ep.dist.version if ep.dist else ""
+            known |= {ep.name, dist} - {""}
             key = f"{dist}:{ep.name}"
             if key in seen:
                 continue
             seen.add(key)
             info = PluginInfo(ep.name, dist, version, ep.value, "loaded")
-            if block & {ep.name, dist}:
-                info.status = "blocked"
+            names = {normalize(ep.name), normalize(dist)} - {""}
+            if names & block_keys:
+                info.status, info.reason = "blocked", f"named in {ENV_BLOCK}"
+            elif not autoload and not names & allow_keys:
+                info.status = "autoload disabled"
+                info.reason = f"{ENV_DISABLE_AUTOLOAD} is set and {ENV_ALLOW} does not name it"
+            elif allow and not names & allow_keys:
+                info.status, info.reason = "not allowed", f"not named in {ENV_ALLOW}={','.join(sorted(allow))}"
+            if info.status != "loaded":
                 self.plugins[ep.name] = info
                 continue
-            if allow and not allow & {ep.name, dist}:
-                info.status = "not allowed"
-                self.plugins[ep.name] = info
-                continue
-            try:
-                module = ep.load()
-                self._add(module, info)
-            except Exception as e:  # a broken plugin must not break grain_core
-                self._discard(ep.name)
-                info.status = "failed"
-                info.provides = []
-                info.error = f"{type(e).__name__}: {e}"
-                self.plugins[ep.name] = info
-                if strict:
-                    raise PluginError(
-                        f"grain_core plugin {ep.name!r} from {dist or '?'} {version} failed to load: "
-                        f"{info.error}"
-                    ) from e
+            info.reason = f"named in {ENV_ALLOW}" if allow else "installed (entry point autoloaded)"
+            self._try_add(ep, info)
+        for variable, listed in ((ENV_ALLOW, allow), (ENV_BLOCK, block)):
+            known_keys = {normalize(k) for k in known}
+            for name in sorted(n for n in listed if normalize(n) not in known_keys):
                 warnings.warn(
-                    f"grain_core plugin {ep.name!r} ({dist} {version}) failed to load and is "
-                    f"skipped: {info.error}. Set {ENV_BLOCK}={ep.name} to silence this, or "
-                    f"{ENV_STRICT}=1 to make it an error.",
+                    f"{variable} names {name!r}, which is no installed plugin or distribution."
+                    f"{did_you_mean(name, known)} Installed: {', '.join(sorted(known)) or 'none'}.",
                     RuntimeWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
+
+    def _try_add(self, source: Any, info: PluginInfo) -> None:
+        """Loads one plugin (an entry point, loaded here, or an object); a failure is recorded,
+        warned about (raised in strict mode) and leaves no trace of the plugin."""
+        try:
+            plugin = source.load() if info.entry_point else source
+            self._add(plugin, info)
+        except Exception as e:  # a broken plugin must not break grain_core
+            self._discard(info.name)
+            info.status, info.provides = "failed", []
+            info.error = str(e) if isinstance(e, PluginError) else f"{type(e).__name__}: {e}"
+            info.reason = "failed to load"
+            self.plugins[info.name] = info
+            if _truthy(os.environ.get(ENV_STRICT)):
+                if isinstance(e, PluginError):
+                    raise
+                raise PluginError(
+                    f"grain_core plugin {info.name!r} from {info.distribution or '?'} {info.version} "
+                    f"failed to load: {info.error}"
+                ) from e
+            warnings.warn(
+                f"grain_core plugin {info.label} failed to load and is skipped: {info.error}. "
+                f"Set {ENV_BLOCK}={info.name} to silence this, or {ENV_STRICT}=1 to make it an "
+                "error.",
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
     def _add(self, plugin: Any, info: PluginInfo) -> None:
         if self.pm.is_registered(plugin):
@@ -179,19 +281,21 @@ class Discovery:
             # ran once; running them again would only report conflicts with itself.
             self.plugins.setdefault(info.name, info)
             return
-        self.pm.register(plugin, name=info.name if info.name not in self.plugins else None)
+        validate_plugin(self.pm, plugin, info)
         self.plugins[info.name] = info
         hook_impls = {
             "register_sources": ("sources",),
             "register_transforms": ("experimental",),
             "register_dataset_factories": ("factories",),
+            "register_runtimes": ("runtimes",),
         }
         for hook_name in hook_impls:
             hook = getattr(self.pm.hook, hook_name)
             for impl in hook.get_hookimpls():
                 if impl.plugin is not plugin:
                     continue
-                impl.function(register=self._make_register(hook_name, info))
+                register = self._make_register(hook_name, info)
+                impl.function(**{arg: register for arg in impl.argnames})
 
     def _discard(self, plugin_name: str) -> None:
         """Forgets everything a plugin that failed half-way through loading registered."""
@@ -206,7 +310,7 @@ class Discovery:
                     self.provided[key] = kept[0]
         registered = self.pm.get_plugin(plugin_name)
         if registered is not None:
-            self.pm.unregister(registered)
+            self.pm.unregister(registered, plugin_name)
 
     def _make_register(self, hook_name: str, info: PluginInfo):
         def register(obj: Any, name: str | None = None, **options: Any) -> None:
@@ -230,14 +334,20 @@ class Discovery:
             unknown = set(options)
             spaces = ["experimental"]
             on = ""
+        elif hook_name == "register_runtimes":
+            if name == "processes":
+                raise PluginError(
+                    f"plugin {info.name!r} cannot register the runtime 'processes': the kernel's."
+                )
+            unknown = set(options)
+            spaces = ["runtimes"]
+            on = ""
         else:
             unknown = set(options) - {"on"}
             on = options.get("on", "MapDataset")
             if on not in ("MapDataset", "IterDataset"):
                 raise PluginError(f"plugin {info.name!r}: factory {name!r} has on={on!r}.")
-            from grain_core.dataset import base
-
-            if name in vars(getattr(base, on)) or name in vars(type(getattr(base, on))):
+            if name in set(_RESERVED.get(on, lambda: ())()):
                 raise PluginError(
                     f"plugin {info.name!r} cannot register {on}.{name}: the kernel defines it."
                 )
@@ -280,14 +390,34 @@ class Discovery:
         provider = KNOWN_PROVIDERS.get(name)
         if provider is None:
             return f"{where} has no attribute {name!r}."
-        failed = [
-            p for p in self.plugins.values() if p.distribution == provider and p.status != "loaded"
-        ]
-        if failed:
-            p = failed[0]
-            detail = f": {p.error}" if p.error else ""
+        seen = [p for p in self.plugins.values() if normalize(p.distribution) == normalize(provider)]
+        if seen:
+            p = seen[0]
+            if p.status == "loaded" and any(q.rpartition(".")[2] == name for q in p.provides):
+                elsewhere = [q for q in PROVIDERS.get(provider, ()) if q.rpartition(".")[2] == name]
+                return (
+                    f"{where} has no attribute {name!r}; {provider} provides it as "
+                    f"{' and '.join('grain_core.' + q for q in elsewhere) or name}."
+                )
+            if p.status == "loaded":
+                return (
+                    f"{where}.{name} comes from {provider}, which is installed ({p.version}) and "
+                    f"loaded but does not provide it (it provides {', '.join(p.provides) or 'nothing'}); "
+                    f"upgrade it: pip install -U {provider}"
+                )
+            detail = f": {p.error}" if p.error else f" ({p.reason})" if p.reason else ""
             return f"{where}.{name} comes from {provider}, which is installed but {p.status}{detail}."
-        return f"{where}.{name} is provided by the plugin {provider}; install it: pip install {provider}"
+        version = installed_version(provider)
+        if version is not None:
+            return (
+                f"{where}.{name} comes from {provider}, which is installed ({version}) but declares "
+                f"no {ENTRY_POINT_GROUP!r} entry point; reinstall it: pip install --force-reinstall "
+                f"{provider}"
+            )
+        return (
+            f"{where}.{name} is provided by the plugin {provider}; install it: pip install "
+            f"{provider} (from a grain_core checkout: pip install -e plugins/{provider})"
+        )
 
     def names(self, namespace: str) -> list[str]:
         return sorted({n for (space, n) in self.provided if space == namespace})
@@ -335,7 +465,13 @@ class Registry:
     # --- explicit registration ----------------------------------------------------------------------
 
     def register(self, plugin: Any, name: str | None = None) -> None:
+        """Adds ``plugin``; raises :class:`PluginError` (naming it, and registering nothing) when
+        it implements a hook grain_core does not declare or with a signature that does not match.
+        What its hooks register is checked at discovery, like an installed plugin's."""
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        scratch = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        scratch.add_hookspecs(hookspecs)
+        validate_plugin(scratch, plugin, PluginInfo(name, "", "", "", "registered"))
         with self._lock:
             self._explicit.append((plugin, name))
             self._loaded = False
@@ -386,3 +522,47 @@ def reimport_explicit(module_names: Iterable[str]) -> None:
     for m in module_names:
         if m not in _REGISTRY.explicit_module_names():
             _REGISTRY.register(importlib.import_module(m))
+
+
+def validate_plugin(pm: pluggy.PluginManager, plugin: Any, info: PluginInfo) -> None:
+    """Registers ``plugin`` in ``pm`` if its hook implementations match grain_core's hooks; else
+    raises :class:`PluginError` naming the plugin, with ``pm`` unchanged."""
+    name = info.name if pm.get_plugin(info.name) is None else None
+    try:
+        registered_as = pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as e:
+        if pm.is_registered(plugin):
+            pm.unregister(plugin)
+        raise PluginError(
+            f"grain_core plugin {info.label} has a hook implementation whose signature does not "
+            f"match the hook: {' '.join(str(e).split())}. grain_core's hooks: {_hook_list()}."
+        ) from None
+    hooks = hook_signatures()
+    unknown = sorted(
+        caller.name
+        for caller in pm.get_hookcallers(plugin) or []
+        if not caller.has_spec()
+        and any(impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+    )
+    if unknown:
+        pm.unregister(plugin, registered_as)
+        hints = "".join(did_you_mean(u, hooks) for u in unknown)
+        raise PluginError(
+            f"grain_core plugin {info.label} implements {', '.join(map(repr, unknown))}, which is "
+            f"no grain_core hook.{hints} grain_core's hooks: {_hook_list()}."
+        )
+
+
+def _hook_list() -> str:
+    return ", ".join(f"{name}{sig}" for name, sig in sorted(hook_signatures().items()))
+
+
+def hook_signatures() -> dict[str, str]:
+    """Every hook grain_core declares, with its signature: ``{"register_sources": "(register)"}``."""
+    import inspect
+
+    return {
+        name: f"({', '.join(inspect.signature(fn).parameters)})"
+        for name, fn in vars(hookspecs).items()
+        if callable(fn) and hasattr(fn, f"{hookspecs.PROJECT_NAME}_spec")
+    }

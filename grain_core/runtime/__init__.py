@@ -2,12 +2,17 @@
 
 One module per job, each imported on first use:
 
-* :mod:`~grain_core.runtime.multiprocess` — ``IterDataset.mp_prefetch`` (worker processes).
+* :mod:`~grain_core.runtime.multiprocess` — ``IterDataset.mp_prefetch`` (the dataset; runtime
+  selection).
+* :mod:`~grain_core.runtime.api` — the runtime API: typed messages, the worker loop, the
+  round-robin consumer, the protocols a runtime implements (``register_runtimes`` hook).
+* :mod:`~grain_core.runtime.processes` — the process runtime (worker processes, pipes).
 * :mod:`~grain_core.runtime.shm` — moving elements between processes through shared memory.
 * :mod:`~grain_core.runtime.thread_prefetch` — ``ThreadPrefetchIterDataset`` (a background thread).
 * :mod:`~grain_core.runtime.device` — ``device_put`` (elements to JAX devices; jax imported lazily).
 * :mod:`~grain_core.runtime.autotune` — ``pick_performance_config``.
-* :mod:`~grain_core.runtime.elastic` — elastic restore (other worker / process counts).
+* :mod:`~grain_core.runtime.elastic` — elastic restore (other worker / process counts), the one
+  place that knows what a state means for another count.
 
 See ``docs/runtime.md``.
 """

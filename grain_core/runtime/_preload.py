@@ -1,18 +1,23 @@
-"""Imported once by the forkserver: heavy imports and plugin discovery done before any worker forks,
-so a worker starts in milliseconds. Workers re-run discovery when their ``GRAIN_CORE_*`` environment
-differs from the one discovery ran with here."""
+"""Imported once by the forkserver: the consumer's ``sys.path`` applied (the forkserver starts with
+``PYTHONSAFEPATH=1``, so the working directory was not on its path), then heavy imports and plugin
+discovery done before any worker forks, so a worker starts in milliseconds. Workers re-run discovery
+when their ``GRAIN_CORE_*`` environment differs from the one discovery ran with here."""
 
 from __future__ import annotations
 
 import warnings
 
-import cloudpickle  # noqa: F401
-import numpy  # noqa: F401
+from grain_core.runtime.processes import restore_environment
 
-import grain_core  # noqa: F401
-import grain_core.dataset.iter_ops  # noqa: F401
-import grain_core.dataset.map_ops  # noqa: F401
-from grain_core.plugins.registry import get_registry
+restore_environment()
+
+import cloudpickle  # noqa: E402,F401
+import numpy  # noqa: E402,F401
+
+import grain_core  # noqa: E402,F401
+import grain_core.dataset.iter_ops  # noqa: E402,F401
+import grain_core.dataset.map_ops  # noqa: E402,F401
+from grain_core.plugins.registry import get_registry  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -36,8 +36,8 @@ _SAMPLE_ELEMENTS = 64
 class PerformanceConfig:
     """Options chosen by :func:`pick_performance_config`."""
 
-    read_options: ReadOptions
-    multiprocessing_options: MultiprocessingOptions
+    multiprocessing_options: MultiprocessingOptions | None = None  # Grain's field order
+    read_options: ReadOptions | None = None
     estimated_ram_mb: float = 0.0
     element_bytes: int = 0
     element_seconds: float = 0.0
@@ -59,15 +59,17 @@ def element_nbytes(x: Any) -> int:
     return sys.getsizeof(x)
 
 
-def _sample(ds: Any) -> tuple[int, float]:
+def _sample(ds: Any, limit: int | None = None) -> tuple[int, float]:
     from grain_core.dataset.base import MapDataset
+
+    count = _SAMPLE_ELEMENTS if limit is None else max(1, int(limit))
 
     sizes: list[int] = []
     t_total = 0.0
     start = time.perf_counter()
     if isinstance(ds, MapDataset):
         n = len(ds)
-        for i in range(min(n, _SAMPLE_ELEMENTS)):
+        for i in range(min(n, count)):
             t0 = time.perf_counter()
             x = ds[i]
             t_total += time.perf_counter() - t0
@@ -78,7 +80,7 @@ def _sample(ds: Any) -> tuple[int, float]:
     else:
         it = iter(ds)
         try:
-            for _ in range(_SAMPLE_ELEMENTS):
+            for _ in range(count):
                 t0 = time.perf_counter()
                 try:
                     x = next(it)
@@ -107,11 +109,15 @@ def pick_performance_config(
     ram_budget_mb: int,
     max_workers: int | None = None,
     max_buffer_size: int | None = None,
+    samples_to_check: int | None = None,
 ) -> PerformanceConfig:
-    """Returns options that fit ``ram_budget_mb``; see the module docstring for the model."""
+    """Returns options that fit ``ram_budget_mb``; see the module docstring for the model.
+
+    ``samples_to_check`` caps how many elements are read to measure them (default: the module's
+    sample size)."""
     if ram_budget_mb <= 0:
         raise ValueError(f"ram_budget_mb must be > 0, got {ram_budget_mb}.")
-    nbytes, seconds = _sample(ds)
+    nbytes, seconds = _sample(ds, samples_to_check)
     element_mb = nbytes / 2**20
     cpus = os.cpu_count() or 1
     workers = cpus if max_workers is None else min(cpus, max(0, int(max_workers)))

@@ -67,6 +67,11 @@ class DevicePutIterDataset(IterDataset):
 
 
 class _DevicePutIterator(DatasetIterator):
+    """Items ``(seq, kind, value, state, parent_seq)`` are transferred ahead; like the thread
+    prefetch iterator, ``next()`` commits by storing ``(seq, state)`` and removes the item at the
+    next call, and reads a thread-prefetch parent in two phases (peek, then take), so an exception
+    raised into ``next()`` (Ctrl-C) never loses or repeats an element."""
+
     one_to_one = True
 
     def __init__(self, parent: DatasetIterator, device: Any, ahead: int):
@@ -74,37 +79,87 @@ class _DevicePutIterator(DatasetIterator):
         self._device = device
         self._ahead = max(1, ahead)
         self._put: Any = None
-        self._buffer: collections.deque[tuple[Any, Any]] = collections.deque()
-        self._state: Any = None  # None: the parent's current state (nothing read yet)
+        self._buffer: collections.deque[tuple[int, str, Any, Any, Any]] = collections.deque()
+        self._seq = 0
+        self._last: tuple[int, Any] = (0, None)  # (seq returned last, the parent's state after it)
         self._end = False
 
+    def _occupied(self) -> int:
+        buf = self._buffer
+        n = len(buf)
+        if n and buf[0][0] <= self._last[0]:
+            n -= 1
+        return n
+
     def _fill(self) -> None:
+        from grain_core.runtime.thread_prefetch import ThreadPrefetchDatasetIterator
+
         if self._put is None:
             self._put = _placer(self._device)
         parent = self._parents[0]
-        if self._state is None:
-            self._state = parent.get_state()
-        while not self._end and len(self._buffer) < self._ahead:
-            try:
-                x = next(parent)
-            except StopIteration:
+        if self._last[1] is None:
+            self._last = (self._last[0], parent.get_state())
+        buf = self._buffer
+        tp = parent if isinstance(parent, ThreadPrefetchDatasetIterator) else None
+        while not self._end and self._occupied() < self._ahead:
+            if buf and buf[-1][1] == "err":
+                return
+            if tp is None:
+                try:
+                    x = next(parent)
+                except StopIteration:
+                    self._end = True
+                    return
+                # jax.device_put is asynchronous: the transfer proceeds while later elements are read.
+                self._seq += 1
+                buf.append((self._seq, "x", self._put(x), parent.get_state(), None))
+                continue
+            item = tp._peek()
+            pseq, kind, value, st = item
+            if buf and buf[-1][4] == pseq:  # added before an interruption: take it now
+                tp._take(item)
+                continue
+            if kind == "end":
                 self._end = True
-                break
-            # jax.device_put is asynchronous: the transfer proceeds while later elements are read.
-            self._buffer.append((self._put(x), parent.get_state()))
+                return
+            self._seq += 1
+            if kind == "err":
+                buf.append((self._seq, "err", value, None, pseq))  # raised when it is next
+                return
+            buf.append((self._seq, "x", self._put(value), tp._state_after(item), pseq))
+            tp._take(item)
 
     def __next__(self) -> Any:
-        if not self._buffer:
+        buf = self._buffer
+        while buf and buf[0][0] <= self._last[0]:
+            buf.popleft()  # returned already
+        if not buf:
             self._fill()
-            if not self._buffer:
+            if not buf:
                 raise StopIteration
-        x, st = self._buffer.popleft()
-        self._state = st
-        self._fill()
-        return x
+        seq, kind, value, st, _ = buf[0]
+        if kind == "err":
+            raise value
+        prev = self._last
+        self._last = (seq, st)  # the commit; the item is removed at the next call
+        try:
+            self._fill()  # keep device_buffer_size transfers in flight
+        except BaseException:
+            self._last = prev  # interrupted before returning it: not returned after all
+            raise
+        return value
+
+    def rollback_mark(self) -> Any:
+        """See :func:`grain_core.runtime.api.next_or_rollback`."""
+        return self._last
+
+    def rollback(self, mark: Any) -> None:
+        buf = self._buffer
+        if self._last is not mark and buf and buf[0][0] == self._last[0]:
+            self._last = mark
 
     def get_state(self) -> dict[str, Any]:
-        st = self._state if self._state is not None else self._parents[0].get_state()
+        st = self._last[1] if self._last[1] is not None else self._parents[0].get_state()
         return _state.make_state(_STATE_KIND, parent=st)
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -112,4 +167,4 @@ class _DevicePutIterator(DatasetIterator):
         self._parents[0].set_state(state["parent"])
         self._buffer.clear()
         self._end = False
-        self._state = state["parent"]
+        self._last = (self._seq, state["parent"])

@@ -1,6 +1,12 @@
 """Elastic restore: a state saved with ``K`` ``mp_prefetch`` workers (or ``N`` JAX processes)
 restored with ``K'`` workers (or ``N'`` processes), with no element lost or repeated.
 
+This module is the one place that knows what a state means for another worker or process count:
+:func:`adapt_state` (worker counts, in process included; called by a runtime consumer's
+``set_state`` and by checkpoint restore) and :func:`process_state` (process counts; checkpoint files
+only read the per-process states and call it). A runtime's consumer takes part through the
+:class:`ElasticSource` hook (``elastic_target()``).
+
 Where it is well defined (see ``docs/checkpointing.md``, "Elastic restore"):
 
 * The pipeline up to ``mp_prefetch`` is one ``MapDataset`` read by ``to_iter_dataset`` followed only
@@ -35,23 +41,28 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from grain_core import state as _state
 
 __all__ = [
+    "ElasticSource",
     "ElasticTarget",
+    "adapt_state",
     "NotElasticError",
+    "ProcessCountRefused",
     "chain_problem",
     "consumed_prefix",
     "elastic_target",
     "leaf_state",
     "prefix_length",
     "process_shard",
+    "process_state",
     "restore_state",
     "shard_parts",
     "split_prefix",
     "state_at",
+    "worker_target",
 ]
 
 LEAF_KIND = "PrefetchDatasetIterator"
@@ -64,6 +75,10 @@ _ADVICE = (
 
 class NotElasticError(_state.StateMismatchError):
     """Elastic restore is not defined for this pipeline or this state (the message says why)."""
+
+
+class ProcessCountRefused(Exception):
+    """An iterator's own ``state_for_process_count`` refused the process count (message: why)."""
 
 
 def _error(msg: str) -> _state.StateMismatchError:
@@ -245,11 +260,18 @@ class ElasticTarget:
     streams: int  # mp workers, 0 in process
 
 
+@runtime_checkable
+class ElasticSource(Protocol):
+    """The hook a runtime's consumer implements (``RoundRobinConsumer`` does): what it offers an
+    elastic restore. Iterators without it are single-stream chains (in process)."""
+
+    def elastic_target(self) -> ElasticTarget: ...
+
+
 def elastic_target(iterator: Any) -> ElasticTarget:
-    """The :class:`ElasticTarget` of ``iterator`` (an ``mp_prefetch`` iterator or a chain)."""
-    hook = getattr(iterator, "_elastic_target", None)
-    if hook is not None:
-        return hook()
+    """The :class:`ElasticTarget` of ``iterator`` (a runtime's consumer or an in-process chain)."""
+    if isinstance(iterator, ElasticSource):
+        return iterator.elastic_target()
     from grain_core.dataset import PrefetchDatasetIterator, iterator_tree
 
     problem = chain_problem(iterator)
@@ -261,6 +283,39 @@ def elastic_target(iterator: Any) -> ElasticTarget:
         chain_template=current,
         build=lambda n: state_at(current, n),
         streams=0,
+    )
+
+
+def worker_target(parent_ds: Any, templates: Sequence[Any], problem: str | None) -> ElasticTarget:
+    """The :class:`ElasticTarget` of a round-robin consumer over ``len(templates)`` workers of the
+    pipeline ``parent_ds``; ``templates[w]`` is worker ``w``'s fresh-iterator state; ``problem`` is
+    why elastic restore is undefined (None: defined so far)."""
+    from grain_core.dataset import PrefetchIterDataset, dataset_tree
+
+    k = len(templates)
+    leaves = [d for d in dataset_tree(parent_ds) if isinstance(d, PrefetchIterDataset)]
+    if problem is None and len(leaves) != 1:
+        problem = f"the pipeline before mp_prefetch has {len(leaves)} to_iter_dataset stages."
+
+    def build(g: int) -> dict[str, Any]:
+        counts = split_prefix(g, k)
+        return _state.make_state(
+            MP_KIND,
+            num_workers=k,
+            next_worker=g % k,
+            position=g,
+            workers=[
+                {"state": state_at(templates[w], counts[w]), "skip": 0, "exhausted": False}
+                for w in range(k)
+            ],
+        )
+
+    return ElasticTarget(
+        problem=problem,
+        map_ds=leaves[0].map_dataset if leaves else None,
+        chain_template=templates[0],
+        build=build,
+        streams=k,
     )
 
 
@@ -281,7 +336,7 @@ def _chain_position(saved: Any, parts: tuple, target: ElasticTarget, where: str)
     tl = _leaf(target.chain_template, "this pipeline")
     for key in ("fingerprint", "length"):
         if key in tl:
-            nl[key] = tl[key]
+            nl[key] = tl[key]  # type: ignore[index]  # a deep copy: a dict
     _state.check_same_pipeline(target.chain_template, neutral, where=where)
     return int(leaf["next_index"])
 
@@ -323,3 +378,68 @@ def restore_state(saved: Any, target: ElasticTarget, what: str) -> Any:
 
     g = consumed_prefix(saved, map_fingerprint_parts(target.map_ds), target)
     return target.build(g)
+
+
+def adapt_state(iterator: Any, state: Any, where: str = "This state") -> Any:
+    """``state`` as ``iterator`` can take it: unchanged when it was saved with the iterator's own
+    worker count, else (another ``mp_prefetch`` worker count, or in process vs. with workers) the
+    state continuing exactly where ``state`` stopped. Raises :class:`NotElasticError` saying why
+    when that is undefined for the pipeline; ``StateMismatchError`` for another pipeline."""
+    if not isinstance(state, Mapping):
+        return state
+    saved_kind = state.get("kind")
+    saved = state.get("num_workers", 0) if saved_kind == MP_KIND else 0
+    if isinstance(iterator, ElasticSource):
+        k = iterator.num_workers  # type: ignore[attr-defined]
+        if saved_kind == MP_KIND and saved == k:
+            return state
+        if saved_kind != MP_KIND:
+            try:
+                leaf_state(state)
+            except _state.StateMismatchError:
+                _state.expect_state(state, MP_KIND)  # another pipeline: the usual message
+                raise
+        what = (
+            f"{where} was saved with num_workers={saved} (0: in process) and is being restored "
+            f"into an mp_prefetch iterator with num_workers={k}"
+        )
+        return restore_state(state, iterator.elastic_target(), what)
+    if saved_kind != MP_KIND:
+        return state
+    current = iterator.get_state()
+    if isinstance(current, Mapping) and current.get("kind") == MP_KIND:
+        return state  # an iterator of another kind of runtime: its set_state decides
+    what = f"{where} was saved with mp_prefetch workers and is restored in process"
+    return restore_state(state, elastic_target(iterator), what)
+
+
+def process_state(iterator: Any, states: Sequence[Any], process_index: int, process_count: int) -> Any:
+    """The state of ``iterator`` (process ``process_index`` of ``process_count``) continuing where
+    the per-process ``states`` (``states[p]`` saved by process ``p`` of ``len(states)``) stopped.
+    Raises :class:`NotElasticError` when re-sharding is undefined, ``StateMismatchError`` when a
+    state comes from another pipeline. An iterator with a ``state_for_process_count(states,
+    process_index, process_count)`` method (``ElasticIterator``) answers itself; its ``ValueError``
+    becomes :class:`ProcessCountRefused`."""
+    hook = getattr(iterator, "state_for_process_count", None)
+    if hook is not None:
+        # The hook of iterators whose state does not depend on the process (ElasticIterator): they
+        # answer themselves; a ValueError is their refusal.
+        try:
+            return hook(states, process_index, process_count)
+        except ValueError as e:
+            raise ProcessCountRefused(str(e)) from e
+    n = len(states)
+    if any(not isinstance(s, Mapping) for s in states):
+        raise NotElasticError(
+            "the saved states are not iterator state dicts (e.g. a DataLoader's JSON bytes)."
+        )
+    target = elastic_target(iterator)
+    if target.problem is not None:
+        raise NotElasticError(target.problem)
+    shard = process_shard(target.map_ds, process_index, process_count)
+    counts = [
+        consumed_prefix(states[p], shard.parts(p, n), target, f"process_{p}-of-{n}.json state")
+        for p in range(n)
+    ]
+    total = prefix_length(counts, "process")
+    return target.build(split_prefix(total, process_count)[process_index])

@@ -14,10 +14,15 @@ Contract:
   generation, :meth:`MessageWriter.release_all`). A segment's pages are thus allocated once, not per
   message, and both sides keep their segments mapped (no ``shm_open`` / ``ftruncate`` / ``unlink``
   per message). A worker has at most as many segments as it may have messages in flight.
-* Segment names start with a per-iterator prefix (:func:`new_prefix`); :func:`sweep` unlinks every
-  segment with a prefix, so a closed iterator (and an exiting worker) leaves nothing in ``/dev/shm``
-  even when messages were still in flight or a worker was killed mid-write;
-  :meth:`MessageReader.close` unmaps the consumer's mappings, so the memory is freed then too.
+* The reader unlinks a segment's name as soon as it has opened it (both sides then hold it; the
+  memory goes when both are gone, however they end) and keeps the descriptor to follow a grown
+  segment. Segment names start with a per-iterator prefix holding the consumer's pid
+  (:func:`new_prefix`); :func:`sweep` unlinks every segment with a prefix (a closed iterator, an
+  exiting worker), and :func:`reclaim_stale` those whose consumer no longer runs (a job killed
+  before the consumer opened them). :meth:`MessageReader.close` unmaps the consumer's mappings.
+* Before a segment is created or grown, the writer checks that ``/dev/shm`` keeps
+  :func:`min_free_bytes` free, else raises :class:`ShmFullError` (nothing changed) so that the
+  caller sends the elements another way.
 
 Segments are created and unlinked with ``_posixshmem`` directly (what ``multiprocessing.shared_memory``
 uses underneath) so no ``resource_tracker`` process is started and nothing is registered twice.
@@ -31,6 +36,7 @@ import glob
 import mmap
 import os
 import pickle
+import re
 import secrets
 from typing import Any
 
@@ -41,7 +47,11 @@ __all__ = [
     "MessageReader",
     "MessageWriter",
     "discard",
+    "ShmFullError",
+    "free_bytes",
+    "min_free_bytes",
     "new_prefix",
+    "reclaim_stale",
     "sweep",
 ]
 
@@ -50,6 +60,13 @@ _ALIGN = 64
 _SHM_DIR = "/dev/shm"
 _GRANULE = 1 << 16  # segment sizes are rounded up to this (tmpfs allocates pages only when written)
 _SHRINK_ABOVE = 4 << 20  # a free segment over this and over 4x what a message needs is shrunk
+MIN_FREE_ENV = "GRAIN_CORE_SHM_MIN_FREE_MB"
+DEFAULT_MIN_FREE_MB = 16.0
+_NAME_RE = re.compile(r"^gcrt(\d+)x[0-9a-f]+")
+
+
+class ShmFullError(OSError):
+    """``/dev/shm`` has too little free space for a segment (see :func:`min_free_bytes`)."""
 
 # (segment name or None, pickled elements, per element a tuple of (offset, nbytes) per buffer)
 Message = tuple[str | None, list[bytes], list[tuple[tuple[int, int], ...]]]
@@ -106,8 +123,9 @@ class MessageWriter:
     credit for the oldest message in flight came back) and ``release_all`` (every message sent so
     far is outdated or read, e.g. at a new generation)."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, min_free: int = 0):
         self._prefix = prefix
+        self._min_free = min_free
         self._seq = 0
         self._free: list[_Segment] = []
         # Per message in flight, oldest first: its segment (None: the message had none).
@@ -153,18 +171,34 @@ class MessageWriter:
         self._payloads.append(data)
         self._layouts.append(tuple(layout))
 
+    def _check_room(self, grow: int) -> None:
+        if self._min_free <= 0 or grow <= 0:
+            return
+        free = free_bytes()
+        if free is not None and free - grow < self._min_free:
+            raise ShmFullError(
+                f"/dev/shm has {free >> 20} MiB free; a {grow >> 20} MiB segment would leave less "
+                f"than {self._min_free >> 20} MiB ({MIN_FREE_ENV})"
+            )
+
     def _segment(self, nbytes: int) -> _Segment:
-        """A free segment of at least ``nbytes`` (grown, shrunk or created as needed)."""
+        """A free segment of at least ``nbytes`` (grown, shrunk or created as needed); raises
+        :class:`ShmFullError` (changing nothing) when ``/dev/shm`` lacks the room."""
         if self._free:
             # The smallest free segment that is big enough, else the largest one (grown).
             fits = [s for s in self._free if s.size >= nbytes]
             seg = min(fits, key=lambda s: s.size) if fits else max(self._free, key=lambda s: s.size)
-            self._free.remove(seg)
             if seg.size < nbytes:
-                seg.resize(_round_up(max(nbytes, 2 * seg.size)))
-            elif seg.size > _SHRINK_ABOVE and seg.size > 4 * nbytes:
+                size = _round_up(max(nbytes, 2 * seg.size))
+                self._check_room(size - seg.size)
+                self._free.remove(seg)
+                seg.resize(size)
+                return seg
+            self._free.remove(seg)
+            if seg.size > _SHRINK_ABOVE and seg.size > 4 * nbytes:
                 seg.resize(_round_up(nbytes))
             return seg
+        self._check_room(_round_up(nbytes))
         name = f"{self._prefix}_{self._seq}"
         self._seq += 1
         return _Segment(name, _round_up(nbytes))
@@ -184,6 +218,12 @@ class MessageWriter:
         msg = (None if seg is None else seg.name, self._payloads, self._layouts)
         self.reset()
         return msg
+
+    def pass_through(self) -> None:
+        """Records a message sent without a segment (elements pickled whole), so that
+        ``release_oldest`` still pairs with messages in order. Drops what was collected."""
+        self.reset()
+        self._busy.append(None)
 
     def release_oldest(self) -> None:
         """The consumer is done with the oldest message in flight: its segment is free again."""
@@ -207,41 +247,56 @@ class MessageWriter:
 
 
 class MessageReader:
-    """The consumer side: keeps each worker segment mapped (segments are reused, their names stay)
-    and copies a message's buffers out into fresh arrays."""
+    """The consumer side: opens each worker segment once, unlinks its name at once (both sides now
+    hold it, so nothing is left in ``/dev/shm`` if either dies) and keeps it mapped; copies a
+    message's buffers out into fresh arrays."""
 
     def __init__(self) -> None:
-        # name -> (mapping, uint8 array over it)
-        self._maps: dict[str, tuple[mmap.mmap, np.ndarray]] = {}
+        # name -> (fd, mapping or None, uint8 array over it or None)
+        self._maps: dict[str, tuple[int, mmap.mmap | None, np.ndarray | None]] = {}
 
     def _mapping(self, name: str, end: int) -> np.ndarray:
         entry = self._maps.get(name)
-        if entry is not None and entry[1].nbytes >= end:
-            return entry[1]
-        if entry is not None:  # the worker grew the segment: map it again
-            self._forget(name)
-        fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
-        try:
-            m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
-        arr = np.frombuffer(m, dtype=np.uint8)
-        if arr.nbytes < end:
+        if entry is not None and entry[2] is not None and entry[2].nbytes >= end:
+            return entry[2]
+        if entry is None:
+            fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
+            discard(name)  # both sides have it open now
+        else:  # the worker grew the segment: map it again
+            fd = entry[0]
+            self._unmap(name)
+        self._maps[name] = (fd, None, None)
+        size = os.fstat(fd).st_size
+        if size < end:
             raise OSError(
                 f"shared-memory segment {name!r} is smaller than its message ({end} bytes)"
             )
-        self._maps[name] = (m, arr)
+        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        arr = np.frombuffer(m, dtype=np.uint8)
+        self._maps[name] = (fd, m, arr)
         return arr
 
-    def _forget(self, name: str) -> None:
-        entry = self._maps.pop(name, None)
-        if entry is not None:
-            m, arr = entry
-            del entry, arr  # our array is the mapping's only export ...
+    def _unmap(self, name: str) -> None:
+        entry = self._maps.get(name)
+        if entry is None:
+            return
+        fd, m, arr = entry
+        self._maps[name] = (fd, None, None)
+        del entry, arr  # our array is the mapping's only export ...
+        if m is not None:
             try:
                 m.close()
             except BufferError:  # ... unless another thread is copying from it (close() racing
                 pass  # a read): the mapping is then unmapped when that copy drops it.
+
+    def _forget(self, name: str) -> None:
+        self._unmap(name)
+        entry = self._maps.pop(name, None)
+        if entry is not None:
+            try:
+                os.close(entry[0])
+            except OSError:
+                pass
 
     def read(self, name: str | None, payloads: list[bytes], layouts: list[tuple]) -> list[Any]:
         """Returns the elements of a message, copying its buffers out of the segment."""
@@ -256,7 +311,7 @@ class MessageReader:
         return out
 
     def close(self) -> None:
-        """Unmaps every segment (idempotent)."""
+        """Unmaps and closes every segment (idempotent)."""
         for name in list(self._maps):
             self._forget(name)
 
@@ -269,6 +324,57 @@ def discard(name: str | None) -> None:
         _posixshmem.shm_unlink("/" + name)
     except FileNotFoundError:
         pass
+
+
+def free_bytes() -> int | None:
+    """Bytes free in ``/dev/shm`` for an unprivileged writer (None when it cannot be told)."""
+    try:
+        st = os.statvfs(_SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def min_free_bytes() -> int:
+    """Bytes that must stay free in ``/dev/shm`` after a segment is sized: ``GRAIN_CORE_SHM_MIN_FREE_MB``
+    MiB (default 16). Below it elements travel pickled through the pipe instead."""
+    raw = os.environ.get(MIN_FREE_ENV, "")
+    try:
+        mib = float(raw) if raw else DEFAULT_MIN_FREE_MB
+    except ValueError:
+        raise ValueError(f"{MIN_FREE_ENV} must be a number of MiB, got {raw!r}.") from None
+    return int(max(0.0, mib) * (1 << 20))
+
+
+def reclaim_stale() -> int:
+    """Unlinks segments of this user whose creating process (the pid in the name) is gone: what a
+    job killed before both sides had opened a segment left behind. Returns how many."""
+    n = 0
+    uid = os.getuid()
+    try:
+        names = os.listdir(_SHM_DIR)
+    except OSError:
+        return 0
+    for name in names:
+        m = _NAME_RE.match(name)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        try:
+            os.kill(pid, 0)
+            continue  # alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # someone else's live process
+        path = os.path.join(_SHM_DIR, name)
+        try:
+            if os.stat(path).st_uid == uid:
+                os.unlink(path)
+                n += 1
+        except OSError:
+            pass
+    return n
 
 
 def sweep(prefix: str) -> int:

@@ -50,14 +50,38 @@ class ThreadPrefetchIterDataset(IterDataset):
 _END = object()
 
 
+def _wake(token: threading.Lock) -> None:
+    """Releases a wake-up token (a lock held while nobody has news); a no-op if already released."""
+    try:
+        token.release()
+    except RuntimeError:
+        pass
+
+
+def _token() -> threading.Lock:
+    t = threading.Lock()
+    t.acquire()
+    return t
+
+
 class _Producer:
-    """The thread's side; holds no reference to the consumer iterator so that it can be collected."""
+    """The thread's side; holds no reference to the consumer iterator so that it can be collected.
+
+    The buffer holds ``(seq, kind, value, state)``. The consumer takes no lock: it reads
+    ``buffer[0]``, commits by storing ``last = (seq, state)`` and removes the item at its next call,
+    so an exception raised into ``next()`` (Ctrl-C) never loses or repeats an element. The two
+    sides wake each other with tokens (locks released to signal, acquired with a timeout to wait)."""
 
     def __init__(self, parent: DatasetIterator, size: int):
         self.parent = parent
         self.size = size
-        self.cond = threading.Condition()
-        self.buffer: collections.deque[tuple[Any, Any, Any]] = collections.deque()
+        self.buffer: collections.deque[tuple[int, str, Any, Any]] = collections.deque()
+        self.has_data = _token()
+        self.has_room = _token()
+        self.seq = 0
+        # (seq of the last item returned, the parent's state after it): the consumer's commit.
+        # The head of the buffer may be that item still (removed at the next call): it is free room.
+        self.last: tuple[int, Any] = (0, None)
         self.stop_flag = False
         self.thread: threading.Thread | None = None
 
@@ -70,50 +94,61 @@ class _Producer:
             self.thread.start()
 
     def run(self) -> None:
-        parent, cond, buf = self.parent, self.cond, self.buffer
+        parent, buf = self.parent, self.buffer
         while True:
-            with cond:
-                while len(buf) >= self.size and not self.stop_flag:
-                    cond.wait()
-                if self.stop_flag:
-                    return
+            while self.occupied() >= self.size and not self.stop_flag:
+                self.has_room.acquire(timeout=0.1)
+            if self.stop_flag:
+                return
             try:
                 x = next(parent)
-                item = ("x", x, parent.get_state())
+                kind, value, st = "x", x, parent.get_state()
             except StopIteration:
-                item = ("end", _END, parent.get_state())
+                kind, value, st = "end", _END, parent.get_state()
             except BaseException as e:  # re-raised by the consumer at this position
-                item = ("err", e, None)
-            with cond:
-                if self.stop_flag:
-                    return
-                buf.append(item)
-                cond.notify_all()
-                if item[0] != "x":
-                    return
+                kind, value, st = "err", e, None
+            if self.stop_flag:
+                return
+            self.seq += 1
+            buf.append((self.seq, kind, value, st))
+            _wake(self.has_data)
+            if kind != "x":
+                return
 
-    def get(self) -> tuple[Any, Any, Any]:
-        with self.cond:
-            while not self.buffer:
-                if self.thread is None or not self.thread.is_alive():
-                    if not self.buffer:
-                        raise RuntimeError("thread prefetch stopped unexpectedly")
-                self.cond.wait(0.1)
-            item = self.buffer.popleft()
-            if item[0] == "x":
-                self.cond.notify_all()
-            else:
-                self.buffer.appendleft(item)  # end and errors repeat
-            return item
+    def occupied(self) -> int:
+        buf = self.buffer
+        n = len(buf)
+        if n and buf[0][0] <= self.last[0]:
+            n -= 1
+        return n
+
+    def head(self) -> tuple[int, str, Any, Any]:
+        """The oldest buffered item, waiting for one; never removes it."""
+        while True:
+            buf = self.buffer
+            if buf:
+                return buf[0]
+            t = self.thread
+            if t is None or not t.is_alive():
+                if buf:
+                    continue
+                raise RuntimeError("thread prefetch stopped unexpectedly")
+            self.has_data.acquire(timeout=0.1)
+
+    def remove(self, seq: int) -> None:
+        """Removes the item ``seq`` if it is still the oldest (idempotent)."""
+        buf = self.buffer
+        if buf and buf[0][0] == seq:
+            buf.popleft()
+            _wake(self.has_room)
 
     def stop(self) -> None:
-        with self.cond:
-            self.stop_flag = True
-            self.buffer.clear()
-            self.cond.notify_all()
+        self.stop_flag = True
+        _wake(self.has_room)
         t = self.thread
         if t is not None and t is not threading.current_thread():
             t.join()
+        self.buffer.clear()
         self.thread = None
 
     def shutdown(self) -> None:
@@ -129,44 +164,87 @@ class ThreadPrefetchDatasetIterator(DatasetIterator):
     def __init__(self, parent: DatasetIterator, prefetch_buffer_size: int):
         super().__init__(parent)
         self._producer = _Producer(parent, prefetch_buffer_size)
-        # None until the thread starts: the parent's own state then (the runtime may still call
-        # set_slice upstream, which changes it, e.g. in an mp_prefetch worker).
-        self._state: Any = None
         self._closed = False
         self._finalizer = weakref.finalize(self, self._producer.shutdown)
 
     def _start(self) -> None:
-        if self._state is None:
-            self._state = self._parents[0].get_state()
-        self._producer.start()
+        p = self._producer
+        if p.last[1] is None:
+            # The parent's state when the thread starts (the runtime may still call set_slice
+            # upstream before, which changes it, e.g. in an mp_prefetch worker).
+            p.last = (p.last[0], self._parents[0].get_state())
+        p.start()
 
     def start_prefetch(self) -> None:
         if not self._closed:
             self._start()
 
-    def __next__(self) -> Any:
+    def _peek(self) -> tuple[int, str, Any, Any]:
+        """The next item ``(seq, kind, value, state)`` without taking it (see ``_take``)."""
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         p = self._producer
         self._start()
-        kind, value, st = p.get()
+        while True:
+            item = p.head()
+            if item[0] <= p.last[0]:  # returned already: removed now
+                p.remove(item[0])
+                continue
+            return item
+
+    @staticmethod
+    def _state_after(item: tuple[int, str, Any, Any]) -> dict[str, Any]:
+        """This iterator's state once ``item`` (from ``_peek``) has been returned."""
+        return _state.make_state(_STATE_KIND, parent=item[3])
+
+    def _take(self, item: tuple[int, str, Any, Any]) -> None:
+        """Commits ``item`` (from ``_peek``, kind ``"x"``) as returned."""
+        p = self._producer
+        p.last = (item[0], item[3])
+        _wake(p.has_room)
+
+    def rollback_mark(self) -> Any:
+        """A mark for :meth:`rollback` (see :func:`grain_core.runtime.api.next_or_rollback`)."""
+        return self._producer.last
+
+    def rollback(self, mark: Any) -> None:
+        """Un-returns the element returned since ``mark``, if exactly one was (its caller was
+        interrupted before it got it)."""
+        p = self._producer
+        if p.last is not mark and p.buffer and p.buffer[0][0] == p.last[0]:
+            p.last = mark
+
+    def __next__(self) -> Any:
+        item = self._peek()
+        seq, kind, value, st = item
         if kind == "x":
-            self._state = st
+            p = self._producer
+            prev = p.last
+            p.last = (seq, st)  # the commit; the item is removed at the next call
+            try:
+                _wake(p.has_room)
+            except BaseException:
+                p.last = prev  # interrupted before returning it: not returned after all
+                raise
             return value
         if kind == "end":
-            self._state = st
+            p = self._producer
+            p.last = (p.last[0], st)
             raise StopIteration
         raise value
 
     def get_state(self) -> dict[str, Any]:
-        st = self._state if self._state is not None else self._parents[0].get_state()
+        st = self._producer.last[1]
+        if st is None:
+            st = self._parents[0].get_state()
         return _state.make_state(_STATE_KIND, parent=st)
 
     def set_state(self, state: dict[str, Any]) -> None:
         _state.expect_state(state, _STATE_KIND, ("parent",))
-        self._producer.stop()
+        p = self._producer
+        p.stop()
         self._parents[0].set_state(state["parent"])
-        self._state = state["parent"]
+        p.last = (p.seq, state["parent"])
 
     def close(self) -> None:
         self._closed = True

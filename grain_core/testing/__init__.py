@@ -10,15 +10,30 @@ Plugin authors call these from their own tests (grain_core's built-in plugins do
     def test_my_transform_checkpoints():
         testing.assert_equal_output_after_checkpoint(make_dataset())
 
+    def test_my_stage_keeps_the_state_contract():
+        testing.check_stage(make_dataset)  # refused states, fresh-process restore, chunks
+
 Each check raises ``AssertionError`` with a message saying which property failed.
 """
 
 from grain_core.testing.checkpoint import assert_equal_output_after_checkpoint, check_deterministic
 from grain_core.testing.plugins import check_plugin_listed, open_file_count
 from grain_core.testing.sources import check_source
+from grain_core.testing.stages import (
+    altered_states,
+    check_chunk_path,
+    check_refused_state_leaves_iterator_untouched,
+    check_stage,
+    check_state_round_trip_in_fresh_process,
+)
 
 __all__ = [
+    "altered_states",
     "assert_equal_output_after_checkpoint",
+    "check_chunk_path",
+    "check_refused_state_leaves_iterator_untouched",
+    "check_stage",
+    "check_state_round_trip_in_fresh_process",
     "check_deterministic",
     "check_plugin_listed",
     "check_source",

@@ -9,17 +9,19 @@ import sys
 from collections.abc import Iterable
 from importlib.metadata import version
 
+from grain_core._safepath import child_environment
+
 
 def check_plugin_listed(entry_point: str, distribution: str, provides: Iterable[str]) -> None:
     """Asserts that ``python -m grain_core plugins --json`` (a fresh process, so real entry-point
     discovery) lists ``entry_point`` from ``distribution`` at its installed version, loaded, providing
     at least ``provides``."""
-    out = subprocess.run(
-        [sys.executable, "-m", "grain_core", "plugins", "--json"],
+    out = subprocess.run(  # -P: the working directory is not on the child's path (see _safepath)
+        [sys.executable, "-P", "-m", "grain_core", "plugins", "--json"],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "GRAIN_CORE_STRICT_PLUGINS": ""},
+        env=child_environment({**os.environ, "GRAIN_CORE_STRICT_PLUGINS": ""}),
     ).stdout
     rows = {row["name"]: row for row in json.loads(out)}
     assert entry_point in rows, f"plugin {entry_point!r} is not listed; listed: {sorted(rows)}"

@@ -188,6 +188,8 @@ def build(spec: list[dict[str, Any]]) -> Any:
             ds = _optional("window_shuffle_map")(ds, window_size=st["window"], seed=st["seed"])
         elif op == "window_shuffle_iter":
             ds = _optional("window_shuffle_iter")(ds, window_size=st["window"], seed=st["seed"])
+        elif op == "read_chunks":
+            pass  # how the outermost iterator is read (see read), not a stage
         elif op == "pack":
             ds = _optional("pack")(
                 ds.map(ToTokens(st["length"])),
@@ -206,6 +208,35 @@ def iterate(spec: list[dict[str, Any]]) -> Any:
     if isinstance(ds, grain.MapDataset):
         ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0))
     return iter(ds)
+
+
+class _Reader:
+    """Reads the outermost iterator of a spec: ``next()``, or ``next_chunk(k)`` with ``k`` cycling
+    through the sizes of a final ``read_chunks`` op (never past ``limit`` elements in all)."""
+
+    def __init__(self, spec: list[dict[str, Any]], it: Any):
+        last = spec[-1] if spec else {}
+        self._sizes = last.get("sizes") if last.get("op") == "read_chunks" else None
+        self._it = it
+        self._calls = 0
+        self._buf: list[Any] = []
+
+    def take(self, limit: int) -> list[Any]:
+        """Up to ``limit`` more elements (fewer only at the end)."""
+        out: list[Any] = []
+        while len(out) < limit:
+            try:
+                if self._sizes is None:
+                    out.append(next(self._it))
+                    continue
+                k = self._sizes[self._calls % len(self._sizes)]
+                self._calls += 1
+                chunk = self._it.next_chunk(min(k, limit - len(out)))
+            except StopIteration:
+                break
+            assert 1 <= len(chunk) <= min(k, limit - len(out)), (k, len(chunk))
+            out += chunk
+        return out
 
 
 def shape(spec: Iterable[dict[str, Any]]) -> tuple[Any, ...]:
@@ -311,7 +342,7 @@ def strategies(optional: Iterable[str] = ()) -> Any:
                 {
                     "op": "to_iter",
                     "threads": draw(st.integers(0, 2)),
-                    "buffer": draw(st.integers(1, 8)),
+                    "buffer": draw(st.integers(0, 8)),
                 }
             )
         mp_done = False
@@ -371,6 +402,14 @@ def strategies(optional: Iterable[str] = ()) -> Any:
                 break  # packed elements are dicts: nothing elementwise follows.
         if batched and spec[-1]["op"] in ("iter_batch", "rebatch") and draw(st.booleans()):
             spec[-1]["drop"] = False  # a partial last batch, only where nothing batches it again.
+        if depth == 0 and draw(st.booleans()):
+            # Read the outermost iterator with next_chunk (sizes cycling through this list).
+            spec.append(
+                {
+                    "op": "read_chunks",
+                    "sizes": draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)),
+                }
+            )
         return spec, batched
 
     return iter_chain(0).map(lambda t: t[0])
@@ -457,22 +496,14 @@ def run_and_checkpoint(spec: list[dict[str, Any]], step_fraction: float, directo
     """
     it = iterate(spec)
     try:
-        head = []
-        for x in it:
-            head.append(x)
-            if len(head) >= MAX_ELEMENTS:
-                break
+        head = _Reader(spec, it).take(MAX_ELEMENTS)
         step = int(round(step_fraction * len(head)))
         it.close()
         it = iterate(spec)
-        for _ in range(step):
-            next(it)
+        reader = _Reader(spec, it)
+        assert len(reader.take(step)) == step
         pending = it.save(directory)  # state captured here
-        rest = []
-        for x in it:
-            rest.append(x)
-            if step + len(rest) >= len(head):
-                break
+        rest = reader.take(len(head) - step)
         asyncio.run(pending)  # written after the iterator moved on
         return step, rest, head
     finally:
@@ -484,13 +515,8 @@ def restore_rest(spec: list[dict[str, Any]], directory: str, count: int) -> list
     it = iterate(spec)
     try:
         asyncio.run(it.load(directory))
-        out = []
-        for x in it:
-            out.append(x)
-            if len(out) >= count:
-                break
         # Exhaustion must match too: one more element only if the original had one.
-        return out
+        return _Reader(spec, it).take(count)
     finally:
         it.close()
 

@@ -17,7 +17,7 @@ import pytest
 
 import grain_core as grain
 from grain_core import checkpoint as gc
-from grain_core.checkpoint.elastic import restore_across_process_counts
+from grain_core.checkpoint.files import restore_across_process_counts
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -42,7 +42,7 @@ def test_shard_by_jax_process():
 
 def test_shard_by_jax_process_without_jax(monkeypatch):
     monkeypatch.setitem(sys.modules, "jax", None)
-    with pytest.raises(ImportError, match=r"grain-core\[jax\]"):
+    with pytest.raises(ImportError, match=r"grain-core-kernel\[jax\]"):
         grain.ShardByJaxProcess()
 
 

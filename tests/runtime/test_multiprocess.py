@@ -43,7 +43,7 @@ def _expected(n=40):
 
 
 def _assert_released(pids):
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a hang guard for a loaded machine, not a speed check
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not [p for p in pids if alive(p)]
@@ -237,22 +237,28 @@ def test_unpicklable_worker_exception_becomes_worker_error():
         next(it)
 
 
-def test_worker_sigkill_is_reported_quickly():
+def test_worker_sigkill_is_reported_at_its_next_turn():
+    options = MP(num_workers=2)
     ds = (
         grain.MapDataset.range(10_000)
         .map(lambda x: (time.sleep(0.01), x)[1])
         .to_iter_dataset(grain.ReadOptions(num_threads=0))
-        .mp_prefetch(MP(num_workers=2))
+        .mp_prefetch(options)
     )
     it = iter(ds)
     pids = it.worker_pids
     assert [next(it) for _ in range(4)] == [0, 1, 2, 3]
     os.kill(pids[1], signal.SIGKILL)
-    t0 = time.monotonic()
+    received = 0
     with pytest.raises(WorkerError, match=r"worker 1 .*SIGKILL"):
         for _ in range(10_000):
             next(it)
-    assert time.monotonic() - t0 < 5
+            received += 1
+    # Counted in elements, not seconds: round-robin output reaches worker 1's turn once the
+    # elements it had produced ahead (per_worker_buffer_size, plus the one it was producing) are
+    # used up, so the death is reported long before the end.
+    in_flight = options.per_worker_buffer_size + 1
+    assert received <= 2 * in_flight + 2
     it.close()
     _assert_released(pids)
 
@@ -268,19 +274,18 @@ def test_abandoned_iterator_is_collected():
 
 
 def test_close_during_blocked_read():
+    # The worker's first element takes an hour: next() can only return because close() ended it.
     ds = (
         grain.MapDataset.range(4)
-        .map(lambda x: time.sleep(30) if x == 0 else x)
+        .map(lambda x: time.sleep(3600) if x == 0 else x)
         .to_iter_dataset()
         .mp_prefetch(MP(num_workers=1))
     )
     it = iter(ds)
     pids = it.worker_pids
     threading.Timer(0.3, it.close).start()
-    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="closed"):
         next(it)
-    assert time.monotonic() - t0 < 5
     _assert_released(pids)
 
 
@@ -294,7 +299,7 @@ def test_interpreter_exit_ends_workers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     pids = [int(p) for p in out.stdout.split()]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in pids)

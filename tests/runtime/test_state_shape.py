@@ -30,7 +30,9 @@ def _pipelines():
     yield grain.IterDataset.mix([R(20).to_iter_dataset(), R(100, 130).to_iter_dataset()], [2, 1])
     yield grain.experimental.LimitIterDataset(R(50).to_iter_dataset(), 17)
     yield grain.experimental.RebatchIterDataset(R(50).batch(7).to_iter_dataset(), 5)
-    yield grain.experimental.ZipIterDataset([R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()])
+    yield grain.experimental.ZipIterDataset(
+        [R(9).to_iter_dataset(), R(5, 20).to_iter_dataset()], strict=False
+    )
     yield grain.experimental.ThreadPrefetchIterDataset(
         R(30).map(lambda x: x * 2).to_iter_dataset(), 4
     )
@@ -212,7 +214,8 @@ def test_first_element_after_restart_is_read_by_the_caller():
     ds = R(600).map(note).to_iter_dataset(grain.ReadOptions(num_threads=8))
     with iter(ds) as it:
         assert next(it) == 0
-        assert where == [threading.current_thread().name]
+        # the caller read element 0 itself; pool threads may already be reading ahead by now
+        assert where[0] == threading.current_thread().name
         for _ in range(300):
             next(it)
         # after a few milliseconds of reading by the caller, the pool took over

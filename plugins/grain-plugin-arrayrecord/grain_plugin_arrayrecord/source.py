@@ -24,7 +24,7 @@ import numpy as np
 import grain_core as grain
 from grain_core.validation import check_indices, check_int
 
-__all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike"]
+__all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike", "RecordReadError"]
 
 # Random reads want no readahead; the caller's options override these.
 _DEFAULT_READER_OPTIONS = {"readahead_buffer_size": "0"}
@@ -68,6 +68,20 @@ class FileInstruction:
                 f"FileInstruction for {self.filename!r}: skip ({self.skip}) + take ({self.take}) = "
                 f"{self.skip + self.take} exceeds examples_in_shard ({self.examples_in_shard})."
             )
+
+
+class RecordReadError(RuntimeError):
+    """A record of an ArrayRecord file cannot be read (a corrupted or truncated file). ``path`` is
+    the file, ``index`` the record's index in the source and ``record`` its number in the file
+    (both None when the failing record could not be singled out). Survives pickling (it crosses
+    ``mp_prefetch``'s process boundary whole)."""
+
+    def __init__(self, message: str, path: str, index: int | None, record: int | None):
+        super().__init__(message)
+        self.path, self.index, self.record = path, index, record
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.path, self.index, self.record))
 
 
 @runtime_checkable
@@ -191,6 +205,8 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
       FileNotFoundError: a missing file, or a pattern matching nothing (naming it).
       ValueError: a file that is not ArrayRecord (on first use, naming it), bad reader options, or a
         ``FileInstruction`` whose ``skip + take`` exceeds ``examples_in_shard``.
+      RecordReadError: (a ``RuntimeError``) on a read, a record that cannot be read (a corrupted
+        chunk), naming the file, the record's number in it and its index in the source.
     """
 
     def __init__(
@@ -237,7 +253,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         self._files = files
         self._given_counts = counts
         self._skips = np.asarray(skips, dtype=np.int64)
-        self._options = _options_string(reader_options)
+        self._reader_options = _options_string(reader_options)
         self._init_runtime()
 
     # --- runtime state (never pickled) -----------------------------------------------------------
@@ -273,7 +289,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         with self._lock:
             r = self._readers[f]
             if r is None:
-                r = _open_reader(self._files[f], self._options)
+                r = _open_reader(self._files[f], self._reader_options)
                 self._readers[f] = r
             self._users[r] = self._users.get(r, 0) + 1
         try:
@@ -288,7 +304,45 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
 
     def _read(self, f: int, local: list[int]) -> list[bytes]:
         with self._using(f) as r:
-            return r.read(local)
+            try:
+                return r.read(local)
+            except Exception as e:  # e.g. "Corrupted Riegeli/records file ...": locate the record
+                raise self._read_error(r, f, local, e) from e
+
+    def _read_error(self, reader: Any, f: int, local: list[int], error: Exception) -> Exception:
+        """The error for a failed batched read of file ``f``: the first record of ``local`` that
+        cannot be read (found by bisecting the batch), named by its file, its record number in the
+        file and its index in this source."""
+        lo, hi = 0, len(local)  # invariant: local[:lo] reads, local[:hi] fails
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                reader.read(local[lo:mid])
+                lo = mid
+            except Exception:
+                hi = mid
+        record = local[hi - 1] if local else -1
+        try:
+            reader.read([record])
+        except Exception:
+            pass
+        else:  # not reproducible record by record: report the batch
+            return RecordReadError(
+                f"ArrayRecordDataSource: reading {len(local)} records of {self._files[f]!r} failed: "
+                f"{error}",
+                self._files[f],
+                None,
+                None,
+            )
+        starts, _ = self._index()
+        index = int(starts[f]) + record - int(self._skips[f])
+        return RecordReadError(
+            f"ArrayRecordDataSource: record {index} (record {record} of file {self._files[f]!r}) "
+            f"cannot be read: {error}. The file is corrupted or truncated; re-create or re-copy it.",
+            self._files[f],
+            index,
+            record,
+        )
 
     def _index(self) -> tuple[np.ndarray, np.ndarray]:
         if self._ends is None:

@@ -140,11 +140,11 @@ def test_bad_inputs_name_the_problem(files, tmp_path):
 
 def test_reader_options_are_passed_to_the_reader(files, expected):
     src = ArrayRecordDataSource(files, reader_options={"index_storage_option": "in_memory"})
-    assert "index_storage_option:in_memory" in src._options
-    assert "readahead_buffer_size:0" in src._options
+    assert "index_storage_option:in_memory" in src._reader_options
+    assert "readahead_buffer_size:0" in src._reader_options
     assert src.__getitems__([3, 20]) == [expected[3], expected[20]]
     src2 = ArrayRecordDataSource(files, reader_options="readahead_buffer_size:1M")
-    assert "readahead_buffer_size:1M" in src2._options
+    assert "readahead_buffer_size:1M" in src2._reader_options
     assert src2[34] == expected[34]
 
 
@@ -277,7 +277,7 @@ def test_reader_options_of_the_wrong_type_or_shape(files):
     with pytest.raises(ValueError, match=r"cannot open .*data-00000.*reader_options"):
         ArrayRecordDataSource(files, reader_options={"no_such_option": 1})[0]
     src = ArrayRecordDataSource(files, reader_options={"max_parallelism": 1})
-    assert "max_parallelism:1" in src._options and src[20] == _record(1, 10)
+    assert "max_parallelism:1" in src._reader_options and src[20] == _record(1, 10)
 
 
 def test_non_integer_and_huge_indices(files, expected):

@@ -32,6 +32,7 @@ from typing import Any
 import grain_core as grain
 from grain_core import state as _state
 from grain_core.dataset.sharing import claim_worker_share, no_worker_share
+from grain_core.state import StateField
 from grain_core.validation import check_int
 
 __all__ = ["InterleaveIterDataset"]
@@ -130,6 +131,14 @@ class InterleaveIterDataset(grain.IterDataset):
             make_iter_buffer_size=self._make_buffer,
             iter_buffer_size=self._iter_buffer,
         )
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's ``set_slice``: from now on interleave only ``datasets[sl]``."""
+        del sequential_slice  # a slice of the datasets is read in full either way, as in Grain
+        if not isinstance(sl, slice):
+            raise TypeError(f"set_slice takes a slice, got {type(sl).__name__}.")
+        self._datasets = self._datasets[sl]
+        self._n = len(self._datasets)
 
     def __iter__(self):
         # In an mp_prefetch worker, read this worker's share of the datasets (as Grain does).
@@ -283,8 +292,8 @@ class _InterleaveIterator(grain.DatasetIterator):
     def _open(self, index: int) -> grain.DatasetIterator:
         fut = self._res.pending.pop(index, None)
         it = fut.result() if fut is not None else self._ds._open(index)
-        if self._options is not None:
-            it._apply_options(self._options)
+        if self.options is not None:
+            it.apply_options(self.options)
         return it
 
     # --- iteration --------------------------------------------------------------------------------
@@ -330,30 +339,46 @@ class _InterleaveIterator(grain.DatasetIterator):
             ],
         )
 
-    def set_state(self, state):
+    def state_fields(self):
         ds = self._ds
-        _state.expect_state(
-            state,
-            self.kind,
-            ("next_dataset", "turn", "open"),
-            num_datasets=ds._n,
-            cycle_length=ds._cycle,
-        )
+        return {
+            "num_datasets": StateField.identity(),
+            "cycle_length": StateField.identity(),
+            "next_dataset": StateField.position(0, ds._n),
+            "turn": StateField.position(0, ds._cycle - 1),
+            "open": StateField.opaque(nullable=False),
+        }
+
+    def check_state(self, state):
+        super().check_state(state)
+        ds = self._ds
+        opened, next_ds = state["open"], state["next_dataset"]
+        if not isinstance(opened, list) or len(opened) != ds._cycle:
+            raise _state.InvalidStateError(
+                f"InterleaveIterDataset state has open={opened!r}, this pipeline has "
+                f"cycle_length={ds._cycle} slots: the state was altered."
+            )
+        for slot, entry in enumerate(opened):
+            if entry is None:
+                continue
+            if not isinstance(entry, dict) or "state" not in entry:
+                raise _state.InvalidStateError(
+                    f"InterleaveIterDataset state slot {slot} is {entry!r}, not None or "
+                    "{'dataset': index, 'state': ...}: the state was altered."
+                )
+            index = _state.check_state_int(
+                entry.get("dataset"), f"open[{slot}].dataset", where="InterleaveIterDataset"
+            )
+            if index >= next_ds:
+                raise _state.InvalidStateError(
+                    f"InterleaveIterDataset state has dataset {index} open, but only datasets "
+                    f"below next_dataset={next_ds} can be: the state was altered."
+                )
+
+    def restore_state(self, state):
+        ds = self._ds
         opened = state["open"]
         next_ds, turn = state["next_dataset"], state["turn"]
-        if (
-            not isinstance(opened, list)
-            or len(opened) != ds._cycle
-            or not isinstance(next_ds, int)
-            or not 0 <= next_ds <= ds._n
-            or not isinstance(turn, int)
-            or not 0 <= turn < ds._cycle
-        ):
-            raise _state.StateMismatchError(
-                f"InterleaveIterDataset state (open={len(opened) if isinstance(opened, list) else opened!r} "
-                f"slots, next_dataset={next_ds!r}, turn={turn!r}) does not fit this pipeline of "
-                f"{ds._n} datasets with cycle_length={ds._cycle}."
-            )
         new: list[_Slot | None] = []
         try:
             for entry in opened:
@@ -361,14 +386,9 @@ class _InterleaveIterator(grain.DatasetIterator):
                     new.append(None)
                     continue
                 index = entry["dataset"]
-                if not isinstance(index, int) or not 0 <= index < next_ds:
-                    raise _state.StateMismatchError(
-                        f"InterleaveIterDataset state has dataset {index!r} open, but only datasets "
-                        f"below next_dataset={next_ds} can be: the state was altered."
-                    )
                 it = ds._open(index)
-                if self._options is not None:
-                    it._apply_options(self._options)
+                if self.options is not None:
+                    it.apply_options(self.options)
                 new.append(_Slot(index, it))
                 it.set_state(entry["state"])
         except BaseException:
@@ -389,11 +409,11 @@ class _InterleaveIterator(grain.DatasetIterator):
     def start_prefetch(self) -> None:
         self._prefetch_opens()
 
-    def _apply_options(self, options):
-        super()._apply_options(options)
+    def apply_options(self, options):
+        super().apply_options(options)
         for s in self._res.slots:
             if s is not None:
-                s.it._apply_options(options)
+                s.it.apply_options(options)
 
     def close(self) -> None:
         """Stops every reader thread, closes the open iterators and the opening pool. Idempotent."""

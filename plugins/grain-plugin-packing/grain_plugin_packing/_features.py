@@ -69,6 +69,8 @@ class FeatureSpec:
         self.template = length_struct
         self.trailing: list[tuple[int, ...]] | None = None
         self.dtypes: list[np.dtype] | None = None
+        flat = isinstance(length_struct, dict) and all(len(p) == 1 for p in self.paths)
+        self._flat_keys = [p[0] for p in self.paths] if flat else None
 
     def per_feature(self, struct: Any, what: str, default: Any) -> list[Any]:
         """``struct``'s leaves in ``self.paths`` order (``default`` where a feature is left out or
@@ -96,6 +98,15 @@ class FeatureSpec:
 
     def arrays(self, element: Any) -> list[np.ndarray]:
         """The element's feature arrays in ``self.paths`` order; raises on a mismatch."""
+        if self.trailing is not None and self._flat_keys and type(element) is dict:
+            # Fast path: a flat dict of arrays exactly like the earlier elements'.
+            if len(element) == len(self._flat_keys):
+                out = [element.get(k) for k in self._flat_keys]
+                if all(
+                    type(a) is np.ndarray and a.ndim and a.dtype == dt and a.shape[1:] == t
+                    for a, t, dt in zip(out, self.trailing, self.dtypes)
+                ):
+                    return out
         leaves = _flatten_like(element, self.template)
         got = [p for p, _ in leaves]
         if got != self.paths:

@@ -43,6 +43,8 @@ import numpy as np
 
 import grain_core as grain
 from grain_core import state as _state
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.state import StateField
 from grain_plugin_packing._features import FeatureSpec, path_name
 
 __all__ = ["BOSHandling", "ConcatThenSplitIterDataset"]
@@ -55,7 +57,7 @@ class BOSHandling(enum.Enum):
     REPLACE_FIRST_TOKEN_WITH_BOS = "replace_first_token_with_bos"
 
 
-class ConcatThenSplitIterDataset(grain.IterDataset):
+class ConcatThenSplitIterDataset(OneParentIterDataset):
     """Concatenates elements and splits the stream into rows of the target length (see module)."""
 
     def __init__(
@@ -160,13 +162,13 @@ class _Element:
         self.full = full
 
 
-class _ConcatThenSplitIterator(grain.DatasetIterator):
+class _ConcatThenSplitIterator(OneParentIterator):
     kind = "ConcatThenSplitIterDataset"
 
     def __init__(self, ds: ConcatThenSplitIterDataset):
         super().__init__(iter(ds._parent))
         self._ds = ds
-        self._parent = self._parents[0]
+        self._parent = self.parent
         spec = self._spec = FeatureSpec(*ds._spec_args)
         self._seq = [i for i, m in enumerate(spec.meta) if not m]
         self._meta = [i for i, m in enumerate(spec.meta) if m]
@@ -321,18 +323,18 @@ class _ConcatThenSplitIterator(grain.DatasetIterator):
             fingerprint=self._fingerprint,
         )
 
-    def set_state(self, state):
-        _state.expect_state(
-            state,
-            self.kind,
-            ("parent", "skip", "carry", "offset", "replay"),
-            fingerprint=self._fingerprint,
-        )
+    def state_fields(self):
+        return {
+            "parent": StateField.parent(),
+            "skip": StateField.position(),
+            "carry": StateField.flag(),
+            "offset": StateField.position(),
+            "replay": StateField.position(),
+            "fingerprint": StateField.identity(),
+        }
+
+    def restore_state(self, state):
         skip, offset, replay = (int(state[k]) for k in ("skip", "offset", "replay"))
-        if skip < 0 or offset < 0 or replay < 0:
-            raise _state.StateMismatchError(
-                f"{self.kind} state has a negative skip/offset/replay: {skip}, {offset}, {replay}."
-            )
         self._parent.set_state(state["parent"])
         self._cur = None
         self._offset = 0

@@ -39,12 +39,16 @@ import numpy as np
 import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.state import StateField
 from grain_plugin_packing._features import FeatureSpec, _positive, path_name
 
 __all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
 
+_CHUNK = 128  # parent elements pulled per next_chunk call
 
-class _PackIterDataset(grain.IterDataset):
+
+class _PackIterDataset(OneParentIterDataset):
     _best_fit = False
 
     def __init__(
@@ -88,7 +92,7 @@ class _PackIterDataset(grain.IterDataset):
             else _positive(max_sequences_per_bin, f"{name}: max_sequences_per_bin")
         )
         self._shuffle = bool(shuffle_bins)
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
 
     def __iter__(self):
         return _PackIterator(self)
@@ -123,23 +127,28 @@ class _Round:
         # Target minus the first free cell per bin and feature. With alignment the free cell is
         # rounded up to a multiple of the alignment, so this can drop below zero (the bin is then
         # closed to that feature, even to empty sequences, as in grain).
-        self.remaining = np.tile(spec.lengths, (bins, 1))
-        self.counts = np.zeros(bins, dtype=np.int64)
+        self.remaining = [spec.lengths.tolist() for _ in range(bins)]
+        self.counts = [0] * bins
         self.order: list[int] = []
         self.emitted = 0
 
 
-class _PackIterator(grain.DatasetIterator):
+class _PackIterator(OneParentIterator):
     def __init__(self, ds: _PackIterDataset):
         super().__init__(ds._parent.__iter__())
         self._ds = ds
-        self._parent = self._parents[0]
+        self._parent = self.parent
         self.kind = type(ds).__name__
         self._spec = FeatureSpec(*ds._spec_args)
         self._aranges = [np.arange(n, dtype=np.int32) for n in self._spec.lengths.tolist()]
         # How to rebuild the round about to be filled (or being yielded): parent state, elements to
         # skip after it, whether the next element read is the carry-over of the previous round.
         self._anchor: tuple[Any, int, bool] = (self._parent.get_state(), 0, False)
+        # Elements are pulled from the parent in chunks: the position is the parent state before
+        # the current chunk plus how many of its elements were used.
+        self._chunk: list[Any] = []
+        self._chunk_pos = 0
+        self._chunk_state: Any = self._anchor[0]
         self._round_no = 0
         self._round: _Round | None = None
         self._carry: list[np.ndarray] | None = None
@@ -160,9 +169,19 @@ class _PackIterator(grain.DatasetIterator):
 
     # --- packing ------------------------------------------------------------------------------------
 
+    def _next_raw(self) -> Any:
+        """The next parent element (pulled a chunk at a time); raises ``StopIteration``."""
+        if self._chunk_pos >= len(self._chunk):
+            state = self._parent.get_state()
+            self._chunk = self._parent.next_chunk(_CHUNK)
+            self._chunk_pos, self._chunk_state = 0, state
+        x = self._chunk[self._chunk_pos]
+        self._chunk_pos += 1
+        return x
+
     def _read(self) -> list[np.ndarray] | None:
         try:
-            x = next(self._parent)
+            x = self._next_raw()
         except StopIteration:
             self._exhausted = True
             return None
@@ -171,11 +190,13 @@ class _PackIterator(grain.DatasetIterator):
     def _fill(self) -> None:
         spec, ds = self._spec, self._ds
         rnd = _Round(spec, ds._bins)
-        start = self._parent.get_state()
+        start, start_skip = self._chunk_state, self._chunk_pos
         read = 0
         carry = self._carry
         self._carry = None
-        targets = spec.lengths
+        targets = spec.lengths.tolist()
+        nfeat = len(targets)
+        alignments = self._alignments.tolist()
         max_seq = ds._max_seq
         best = ds._best_fit
         while True:
@@ -188,53 +209,75 @@ class _PackIterator(grain.DatasetIterator):
                 if arrays is None:
                     break
                 read += 1
-            full = np.asarray([len(a) for a in arrays])
-            if not ds._truncate and (full > targets).any():
+            if not ds._truncate and any(len(a) > t for a, t in zip(arrays, targets)):
                 over = [
-                    (path_name(p), int(n), int(t))
-                    for p, n, t in zip(spec.paths, full.tolist(), targets.tolist())
-                    if n > t
+                    (path_name(p), len(a), int(t))
+                    for p, a, t in zip(spec.paths, arrays, targets)
+                    if len(a) > t
                 ]
                 raise ValueError(
                     "Inputs to PackedBatch must be truncated to max length. Exceeds: (feature, "
                     f"feature_length, max_length) = {over}. Truncate them upstream or pass "
                     "truncate_long_sequences=True."
                 )
-            lengths = np.minimum(full, targets)
-            fits = (rnd.remaining >= lengths).all(axis=1)
-            if max_seq is not None:
-                fits &= rnd.counts < max_seq
-            if not fits.any():
+            # Plain Python over the bins: cheaper than numpy for tens of bins and few features.
+            lengths = [min(len(a), t) for a, t in zip(arrays, targets)]
+            remaining, counts = rnd.remaining, rnd.counts
+            b = -1
+            if nfeat == 1:
+                n0 = lengths[0]
+                if best:
+                    best_left = None
+                    for i, r in enumerate(remaining):
+                        if r[0] >= n0 and (max_seq is None or counts[i] < max_seq):
+                            if best_left is None or r[0] - n0 < best_left:
+                                best_left, b = r[0] - n0, i
+                else:
+                    for i, r in enumerate(remaining):
+                        if r[0] >= n0 and (max_seq is None or counts[i] < max_seq):
+                            b = i
+                            break
+            else:
+                best_left = None
+                for i, r in enumerate(remaining):
+                    if max_seq is not None and counts[i] >= max_seq:
+                        continue
+                    if all(x >= n for x, n in zip(r, lengths)):
+                        if not best:
+                            b = i
+                            break
+                        left = sum(r) - sum(lengths)
+                        if best_left is None or left < best_left:
+                            best_left, b = left, i
+            if b < 0:
                 self._carry = arrays
                 break
-            if best:
-                left = np.where(fits, (rnd.remaining - lengths).sum(axis=1), np.iinfo(np.int64).max)
-                b = int(left.argmin())
-            else:
-                b = int(fits.argmax())
-            seg_id = int(rnd.counts[b]) + 1
+            seg_id = counts[b] + 1
             if not rnd.data:
                 rnd.data, rnd.seg, rnd.pos = spec.empty_rows(rnd.bins)
-            offsets = (targets - rnd.remaining[b]).tolist()
-            for f, (a, n, off) in enumerate(zip(arrays, lengths.tolist(), offsets)):
+            rem_b = remaining[b]
+            for f, (a, n, t, r) in enumerate(zip(arrays, lengths, targets, rem_b)):
                 if n:
+                    off = t - r
                     rnd.data[f][b, off : off + n] = a[:n]
                     rnd.seg[f][b, off : off + n] = seg_id
                     rnd.pos[f][b, off : off + n] = self._aranges[f][:n]
             if self._aligned:  # the next sequence starts at a multiple of the alignment
-                ends = targets - rnd.remaining[b] + lengths
-                rnd.remaining[b] = targets - -(-ends // self._alignments) * self._alignments
+                remaining[b] = [
+                    t - -(-(t - r + n) // al) * al
+                    for t, r, n, al in zip(targets, rem_b, lengths, alignments)
+                ]
             else:
-                rnd.remaining[b] -= lengths
-            rnd.counts[b] = seg_id
+                remaining[b] = [r - n for r, n in zip(rem_b, lengths)]
+            counts[b] = seg_id
         rnd.order = self._order(rnd)
         self._round = rnd
         # The next round is rebuilt from `start` by skipping all but the last element read (the
         # carry), or, without a carry, from wherever the parent is now.
         if self._carry is not None:
-            self._next_anchor = (start, read - 1, True)
+            self._next_anchor = (start, start_skip + read - 1, True)
         else:
-            self._next_anchor = (self._parent.get_state(), 0, False)
+            self._next_anchor = (self._chunk_state, self._chunk_pos, False)
 
     def _order(self, rnd: _Round) -> list[int]:
         """The order in which the round's non-empty bins are yielded."""
@@ -297,13 +340,17 @@ class _PackIterator(grain.DatasetIterator):
             fingerprint=self._fingerprint,
         )
 
-    def set_state(self, state):
-        _state.expect_state(
-            state,
-            self.kind,
-            ("parent", "skip", "carry", "round", "emitted"),
-            fingerprint=self._fingerprint,
-        )
+    def state_fields(self):
+        return {
+            "parent": StateField.parent(),
+            "skip": StateField.position(),
+            "carry": StateField.flag(),
+            "round": StateField.position(),
+            "emitted": StateField.position(),
+            "fingerprint": StateField.identity(),
+        }
+
+    def restore_state(self, state):
         self._parent.set_state(state["parent"])
         self._exhausted = False
         self._round = None
@@ -311,8 +358,9 @@ class _PackIterator(grain.DatasetIterator):
         self._round_no = int(state["round"])
         skip, carry = int(state["skip"]), bool(state["carry"])
         self._anchor = (state["parent"], skip, carry)
+        self._chunk, self._chunk_pos, self._chunk_state = [], 0, state["parent"]
         for _ in range(skip):
-            next(self._parent)
+            self._next_raw()
         if carry:
             self._carry = self._read()
         emitted = int(state["emitted"])

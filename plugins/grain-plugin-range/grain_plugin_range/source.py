@@ -45,6 +45,11 @@ class RangeDataSource(grain.sources.RandomAccessDataSource[int]):
     def __iter__(self):
         return iter(self._range)
 
+    @property
+    def element_spec(self) -> grain.experimental.ShapeDtypeStruct:
+        """Each record is a scalar int64 (what ``grain.experimental.get_element_spec`` reports)."""
+        return grain.experimental.ShapeDtypeStruct(shape=(), dtype=np.int64)
+
     def __repr__(self) -> str:
         return f"RangeDataSource(start={self.start}, stop={self.stop}, step={self.step})"
 

@@ -22,6 +22,8 @@ import numpy as np
 import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset, OneParentMapDataset
+from grain_core.state import StateField
 from grain_core.validation import check_int
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
@@ -38,7 +40,7 @@ def window_permutation(size: int, seed: int, window: int) -> _seeds.IndexShuffle
     return _seeds.IndexShuffle(max(size - 1, 0), (seed + window) % 2**32)
 
 
-class WindowShuffleMapDataset(grain.MapDataset):
+class WindowShuffleMapDataset(OneParentMapDataset):
     """Shuffles the elements of ``parent`` within windows of ``window_size`` consecutive indices.
 
     Element ``i`` is read from the parent at ``k * window_size + perm_k(i - k * window_size)``
@@ -62,7 +64,7 @@ class WindowShuffleMapDataset(grain.MapDataset):
         super().__init__(parent)
         self._parent = parent
         self._window = _check_window_size(window_size, "WindowShuffleMapDataset")
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
         self._n = len(parent)
         self._clip = bool(clip_last_window)
         self._cache: tuple[int, int, _seeds.IndexShuffle] | None = None
@@ -70,8 +72,11 @@ class WindowShuffleMapDataset(grain.MapDataset):
     def __len__(self) -> int:
         return self._n
 
-    def _fingerprint_fields(self):
-        return (self._window, self._seed) + ((True,) if self._clip else ())
+    def fingerprint_fields(self):
+        fields = {"window_size": self._window, "seed": self._seed}
+        if self._clip:
+            fields["clip_last_window"] = True
+        return fields
 
     def __str__(self) -> str:
         return f"WindowShuffleMapDataset(window_size={self._window}, seed={self._seed})"
@@ -90,7 +95,7 @@ class WindowShuffleMapDataset(grain.MapDataset):
         self._cache = (epoch, window, perm)
         return perm
 
-    def _getitem(self, index: int):
+    def element_at(self, index: int):
         n = self._n
         if n == 0:
             raise IndexError("Cannot read from an empty dataset.")
@@ -99,7 +104,7 @@ class WindowShuffleMapDataset(grain.MapDataset):
             return self._parent._getitem(window * self._window + self._perm(0, window)(local))
         epoch, j = divmod(index, n)
         window, local = divmod(j, self._window)
-        return self._parent._getitem(
+        return self._parent.element_at(
             epoch * n + window * self._window + self._perm(epoch, window)(local)
         )
 
@@ -133,7 +138,7 @@ class WindowShuffleMapDataset(grain.MapDataset):
         return self._parent.__getitems__(epochs * n + windows * w + out)
 
 
-class WindowShuffleIterDataset(grain.IterDataset):
+class WindowShuffleIterDataset(OneParentIterDataset):
     """Reads ``window_size`` elements of ``parent``, yields them shuffled, and repeats.
 
     Window ``k`` (counted from 0) holding ``len`` elements ``x`` is emitted as
@@ -152,7 +157,7 @@ class WindowShuffleIterDataset(grain.IterDataset):
         super().__init__(parent)
         self._parent = parent
         self._window = _check_window_size(window_size, "WindowShuffleIterDataset")
-        self._seed = self._resolve_seed(seed)
+        self._seed = self.resolve_seed(seed)
 
     def __iter__(self):
         return _WindowShuffleIterator(iter(self._parent), self._window, self._seed)
@@ -161,7 +166,7 @@ class WindowShuffleIterDataset(grain.IterDataset):
         return f"WindowShuffleIterDataset(window_size={self._window}, seed={self._seed})"
 
 
-class _WindowShuffleIterator(grain.DatasetIterator):
+class _WindowShuffleIterator(OneParentIterator):
     kind = "WindowShuffleIterDataset"
 
     def __init__(self, parent: grain.DatasetIterator, window: int, seed: int):
@@ -179,10 +184,9 @@ class _WindowShuffleIterator(grain.DatasetIterator):
         parent = self._parent
         self._start_state = parent.get_state()
         items: list[Any] = []
-        append = items.append
         try:
-            for _ in range(self._size):
-                append(next(parent))
+            while len(items) < self._size:
+                items += parent.next_chunk(self._size - len(items))
         except StopIteration:
             self._exhausted = True
         if not items:
@@ -223,14 +227,16 @@ class _WindowShuffleIterator(grain.DatasetIterator):
             seed=self._seed,
         )
 
-    def set_state(self, state):
-        _state.expect_state(
-            state,
-            self.kind,
-            ("parent", "window", "emitted"),
-            window_size=self._size,
-            seed=self._seed,
-        )
+    def state_fields(self):
+        return {
+            "parent": StateField.parent(),
+            "window": StateField.position(),
+            "emitted": StateField.position(0, self._size),
+            "window_size": StateField.identity(),
+            "seed": StateField.identity(),
+        }
+
+    def restore_state(self, state):
         self._parent.set_state(state["parent"])
         self._index = int(state["window"])
         self._buf, self._pos, self._exhausted = [], 0, False

@@ -1,0 +1,1069 @@
+"""The runtime API: run worker shares of a pipeline somewhere, consume them round-robin, exactly.
+
+A *runtime* runs ``K`` workers; worker ``i`` builds the pipeline's iterator inside
+:func:`grain_core.dataset.sharing.worker_share` ``(i, K)`` and produces its share of the elements.
+The consumer takes one element from each worker in turn (worker 0's first element, worker 1's first,
+...; an exhausted worker is skipped from then on), so the order depends only on the pipeline and
+``K``, never on timing, and its state is exact. This module is the transport-neutral part, public
+and documented in ``docs/runtime.md`` and ``docs/writing-plugins.md`` ("Write a runtime"):
+
+* :class:`WorkerLoop` runs one worker share: build the iterator, answer :class:`Start` /
+  :class:`Idle` / :class:`Consumed` / :class:`Stop` commands, emit :class:`Elements` (elements with
+  the worker's state before the first of them), :class:`End`, :class:`Failure`. It talks to a
+  :class:`WorkerEndpoint` (two methods) that a transport provides.
+* :class:`RoundRobinConsumer` is the ``DatasetIterator`` the user holds: it keeps the exact state,
+  checks a state before changing anything, restores states of other worker counts (elastic restore,
+  :mod:`grain_core.runtime.elastic`), and talks to one :class:`Channel` per worker.
+* A transport implements :class:`Runtime`: ``start_workers(job)`` starts ``job.worker_count`` workers
+  that each call ``WorkerLoop(job, index, endpoint).run()`` after
+  :meth:`WorkerEnvironment.apply`, and returns a :class:`WorkerPool` of channels. The built-in
+  transport is :class:`grain_core.runtime.processes.ProcessRuntime` (processes + shared memory).
+  Runtimes are registered by plugins with the ``register_runtimes`` hook and selected with
+  ``mp_prefetch(options, runtime=...)``.
+
+Messages are dataclasses. Every message from the consumer is idempotent (a generation number and
+absolute counts), so a transport may deliver one twice, and a consumer interrupted (``Ctrl-C``, or
+any exception raised into ``next()``) re-sends it. Every message from a worker carries ``seq``, its
+number in that worker's stream, so the consumer applies each one once.
+
+Flow control counts elements: a worker has at most ``buffer_size`` elements produced and not yet
+returned by the consumer's ``next()`` (``MultiprocessingOptions.per_worker_buffer_size``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from grain_core import state as _state
+from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.options import MultiprocessingOptions
+from grain_core.runtime import elastic
+
+__all__ = [
+    "Channel",
+    "Consumed",
+    "Elements",
+    "End",
+    "Failure",
+    "Idle",
+    "Runtime",
+    "RoundRobinConsumer",
+    "Start",
+    "Stats",
+    "Stop",
+    "Template",
+    "WorkerEndpoint",
+    "WorkerEnvironment",
+    "WorkerError",
+    "WorkerJob",
+    "WorkerLoop",
+    "WorkerLostError",
+    "WorkerPool",
+    "STATE_KIND",
+    "next_or_rollback",
+]
+
+_log = logging.getLogger(__name__)
+
+#: ``kind`` of the consumer's state (unchanged from earlier releases: checkpoints stay readable).
+STATE_KIND = elastic.MP_KIND
+ENV_PREFIX = "GRAIN_CORE_"
+MAX_MESSAGE_ELEMENTS = 256
+MAX_MESSAGE_BYTES = 64 << 20
+#: A worker sends what it has when its group is this old, before it starts the next element.
+MAX_MESSAGE_SECONDS = 0.005
+WAIT_SECONDS = 0.05
+#: The largest ``skip`` a state may hold: a worker state is taken at least every message, so a
+#: state written by ``get_state()`` never skips more.
+MAX_SKIP = 1 << 16
+
+
+class WorkerError(RuntimeError):
+    """A worker died, or raised an exception that could not be sent back as itself."""
+
+
+class WorkerLostError(WorkerError):
+    """A worker is gone (killed, crashed, disconnected); raised by :meth:`Channel.peek`."""
+
+
+# --------------------------------------------------------------------------------------------------
+# messages
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Consumer -> worker: produce from ``state`` (None: the fresh iterator) after skipping
+    ``skip`` elements, in ``generation``. A repeated ``Start`` of the current generation is ignored."""
+
+    generation: int
+    state: Any
+    skip: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Idle:
+    """Consumer -> worker: the worker is exhausted in ``generation``; wait for a command."""
+
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Consumed:
+    """Consumer -> worker: the consumer's ``next()`` returned ``elements`` of this worker's elements
+    in ``generation`` (an absolute count: re-sending it is harmless)."""
+
+    generation: int
+    elements: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Consumer -> worker: end the worker loop."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """Worker -> consumer, first message: the state of the worker's fresh iterator (None: it could
+    not be built; the error comes with the first ``Start``) and why elastic restore is undefined
+    for it (None: defined)."""
+
+    seq: int
+    state: Any
+    elastic_problem: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Elements:
+    """Worker -> consumer: ``elements`` in order; the first of them comes ``skip`` elements after
+    the worker's iterator state ``state``."""
+
+    seq: int
+    generation: int
+    state: Any
+    skip: int
+    elements: list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class End:
+    """Worker -> consumer: the worker's share is exhausted in ``generation``."""
+
+    seq: int
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """Worker -> consumer: producing raised. ``exception`` is the cloudpickled exception when it
+    round-trips through pickle (else None); ``traceback`` is the worker's formatted traceback."""
+
+    seq: int
+    generation: int
+    exception: bytes | None
+    traceback: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """Worker -> consumer, only when statistics are collected: the worker's counters, sent just
+    before the :class:`Elements` they include."""
+
+    seq: int
+    generation: int
+    report: Any
+
+
+ToWorker = Start | Idle | Consumed | Stop
+FromWorker = Template | Elements | End | Failure | Stats
+
+
+# --------------------------------------------------------------------------------------------------
+# the worker's environment and job
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerEnvironment:
+    """What a worker needs of the consumer's interpreter, captured in the consumer
+    (:meth:`capture`) and applied first thing in the worker (:meth:`apply`):
+
+    * ``sys_path``: the consumer's ``sys.path`` exactly. The working directory (``''``) is on it
+      only if it was on the consumer's; a helper process started with ``python -c`` must not add it.
+    * ``env``: the consumer's ``GRAIN_CORE_*`` environment variables (plugin selection).
+    * ``plugin_modules``: modules of plugins registered explicitly with
+      ``grain_core.plugins.register`` that are importable by name (in ``sys.modules``); the worker
+      imports and registers them. Entry-point plugins are discovered again.
+    """
+
+    sys_path: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    plugin_modules: tuple[str, ...]
+
+    @classmethod
+    def capture(cls) -> WorkerEnvironment:
+        from grain_core.plugins.registry import get_registry
+
+        return cls(
+            sys_path=tuple(sys.path),
+            env=tuple(sorted(_plugin_env().items())),
+            plugin_modules=tuple(
+                m for m in get_registry().explicit_module_names() if m in sys.modules
+            ),
+        )
+
+    def apply(self) -> None:
+        """Makes this interpreter's ``sys.path``, ``GRAIN_CORE_*`` variables and plugins the
+        consumer's (re-running plugin discovery only when the variables differ)."""
+        sys.path[:] = list(self.sys_path)
+        env = dict(self.env)
+        from grain_core.plugins.registry import get_registry, reimport_explicit
+
+        if _plugin_env() != env:
+            for k in [k for k in os.environ if k.startswith(ENV_PREFIX) and k not in env]:
+                del os.environ[k]
+            os.environ.update(env)
+            get_registry().reload()
+        reimport_explicit(list(self.plugin_modules))
+
+
+def _plugin_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerJob:
+    """Everything a worker needs, picklable with plain ``pickle``: the pipeline (and
+    ``worker_init_fn`` and the statistics hook) serialised with cloudpickle in ``payload``."""
+
+    payload: bytes
+    worker_count: int
+    buffer_size: int
+    environment: WorkerEnvironment
+    profiling: bool = False
+
+    @classmethod
+    def create(
+        cls,
+        dataset: IterDataset,
+        options: MultiprocessingOptions,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+        stats_hook: Callable[[Any], tuple[Any, Callable[[], Any]]] | None = None,
+    ) -> WorkerJob:
+        """``stats_hook(dataset) -> (iterator, report)`` replaces ``iter(dataset)`` in the workers
+        when statistics are collected (``grain_core.stats``); ``report()`` is sent before each
+        :class:`Elements`."""
+        import cloudpickle
+
+        _by_value_ambiguous_modules()
+        return cls(
+            payload=cloudpickle.dumps((dataset, worker_init_fn, stats_hook)),
+            worker_count=options.num_workers,
+            buffer_size=options.per_worker_buffer_size,
+            environment=WorkerEnvironment.capture(),
+            profiling=options.enable_profiling,
+        )
+
+
+_checked_modules: dict[tuple[str, str], bool] = {}
+
+
+def _by_value_ambiguous_modules() -> None:
+    """Makes cloudpickle send by value the top-level modules that a worker could not import by name
+    as the same file (pytest's several ``conftest`` / rootdir-inserted test modules)."""
+    import importlib.machinery
+
+    import cloudpickle
+
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if "." in name or name.startswith("__") or not path or getattr(mod, "__package__", None):
+            continue
+        key = (name, path)
+        if key not in _checked_modules:
+            try:
+                # Searched on the path, as a worker would (find_spec would answer from sys.modules).
+                spec = importlib.machinery.PathFinder.find_spec(name, sys.path)
+                origin = spec.origin if spec is not None else None
+            except (ImportError, ValueError):
+                origin = None
+            ambiguous = (
+                origin is not None
+                and os.path.isfile(origin)  # not "frozen" / "built-in"
+                and os.path.realpath(origin) != os.path.realpath(path)
+            )
+            _checked_modules[key] = ambiguous
+            if ambiguous:
+                try:
+                    cloudpickle.register_pickle_by_value(mod)
+                except (ValueError, TypeError):
+                    pass
+
+
+# --------------------------------------------------------------------------------------------------
+# transport protocols
+# --------------------------------------------------------------------------------------------------
+
+
+class WorkerEndpoint(Protocol):
+    """The worker's end of a transport."""
+
+    def send(self, message: FromWorker) -> None:
+        """Delivers ``message`` to the consumer, in order. Called from the loop's thread and from
+        its flusher thread, never both at once (the loop serialises its sends)."""
+
+    def receive(self, timeout: float | None) -> ToWorker | None:
+        """The next command; None when none came within ``timeout`` seconds (``None``: wait).
+        Raises ``EOFError`` (or ``OSError``) when the consumer is gone."""
+
+
+class Channel(Protocol):
+    """The consumer's end of one worker's transport. The consumer calls it from one thread."""
+
+    def send(self, message: ToWorker) -> None:
+        """Delivers ``message`` to the worker, in order (it may be delivered twice)."""
+
+    def peek(self, timeout: float) -> FromWorker | None:
+        """The oldest message not yet dropped, without removing it; None when none came within
+        ``timeout``. Raises :class:`WorkerLostError` (saying how) when the worker is gone and every
+        message it sent was dropped."""
+
+    def drop(self) -> None:
+        """Removes the message :meth:`peek` returned."""
+
+
+class WorkerPool(Protocol):
+    """Started workers: one channel each."""
+
+    channels: Sequence[Channel]
+
+    def close(self) -> None:
+        """Stops the workers and frees what they hold. Idempotent; safe from any thread, from a
+        finalizer and at interpreter exit."""
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """A transport: starts ``job.worker_count`` workers; worker ``i`` calls
+    ``job.environment.apply()`` then ``WorkerLoop(job, i, endpoint).run()``."""
+
+    def start_workers(self, job: WorkerJob) -> WorkerPool: ...
+
+
+# --------------------------------------------------------------------------------------------------
+# the worker loop
+# --------------------------------------------------------------------------------------------------
+
+
+def pickle_exception(e: BaseException) -> bytes | None:
+    """``e`` cloudpickled if it unpickles again, else None."""
+    import pickle
+
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(e)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return None
+
+
+@dataclasses.dataclass
+class _Group:
+    """The elements of the message being built: they come ``skip`` elements after ``state``."""
+
+    state: Any
+    skip: int
+    elements: list[Any]
+
+
+@dataclasses.dataclass
+class _Held:
+    state: Any
+    elements: list[Any]
+    outcome: BaseException | str | None
+    traceback: str
+
+
+class WorkerLoop:
+    """Runs worker ``index`` of ``job.worker_count``: builds its share's iterator, then answers
+    commands until :class:`Stop` (or the consumer goes away). See the module docstring.
+
+    ``run()`` sends :class:`Template` first. After :class:`Start` it produces groups of elements and
+    sends each as one :class:`Elements`: a group ends at :data:`MAX_MESSAGE_ELEMENTS`, at
+    :data:`MAX_MESSAGE_BYTES` (``size_of`` per element, given by the transport), when it is older
+    than :data:`MAX_MESSAGE_SECONDS` before the next element is started, when the consumer has
+    returned every element sent before (it is waiting), or when the buffer bound is reached. A
+    worker never has more than ``job.buffer_size`` elements produced and not yet consumed.
+    """
+
+    def __init__(
+        self,
+        job: WorkerJob,
+        index: int,
+        endpoint: WorkerEndpoint,
+        size_of: Callable[[Any], int] | None = None,
+    ):
+        self.job = job
+        self.index = index
+        self.endpoint = endpoint
+        self.size_of = size_of
+        self.seq = 0
+        self.it: DatasetIterator | None = None
+        self.initial: Any = None
+        self.fresh = True
+        self.setup_error: BaseException | None = None
+        self.setup_tb = ""
+        self.elastic_problem: str | None = None
+        self.stats_report: Callable[[], Any] | None = None
+        self.produced_elements, self.produced_seconds = 0, 0.0
+        # generation, produced (sent) and consumed counts in it
+        self.gen, self.sent, self.consumed, self.producing = -1, 0, 0, False
+        self.pending: collections.deque[ToWorker] = collections.deque()
+        self.held: _Held | None = None  # produced while the buffer was full, not sent yet
+        # Sends happen under this lock: the main thread's and the flusher's (see _flusher).
+        self.lock = threading.Lock()
+        self.group: _Group | None = None
+        self.in_next_since: float | None = None
+        self.done = False
+        try:
+            import cloudpickle
+
+            ds, init_fn, stats_hook = cloudpickle.loads(job.payload)
+            if init_fn is not None:
+                init_fn(index, job.worker_count)
+            self._build(ds, stats_hook)
+        except Exception as e:
+            self.setup_error = e
+            self.setup_tb = traceback.format_exc()
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _emit(self, make: Callable[[int], FromWorker]) -> None:
+        """Numbers and sends a message (under the send lock)."""
+        with self.lock:
+            self.endpoint.send(make(self._next_seq()))
+
+    def _flusher(self) -> None:
+        """Sends the finished elements of the group being built when the main thread has been
+        inside one ``next()`` for longer than :data:`MAX_MESSAGE_SECONDS`: a slow element never
+        holds back the elements finished before it."""
+        while not self.done:
+            time.sleep(MAX_MESSAGE_SECONDS)
+            since = self.in_next_since
+            if since is None or time.perf_counter() - since < MAX_MESSAGE_SECONDS:
+                continue
+            try:
+                with self.lock:
+                    g = self.group
+                    if g is None or not g.elements or self.in_next_since is None:
+                        continue
+                    self.endpoint.send(
+                        Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements)
+                    )
+                    self.sent += len(g.elements)
+                    g.skip += len(g.elements)
+                    g.elements = []
+            except Exception:  # the consumer is gone: the main thread finds out too
+                return
+
+    def _build(self, ds: Any, stats_hook: Any) -> None:
+        from grain_core.dataset.sharing import worker_share
+
+        count = self.job.worker_count
+        with worker_share(self.index, count) as share:
+            if stats_hook is not None:
+                it, self.stats_report = stats_hook(ds)
+            else:
+                it = iter(ds)
+        if not share.claimed and count > 1:
+            it.close()
+            raise ValueError(
+                f"mp_prefetch with {count} workers: no stage of this pipeline can read a "
+                "share of its input, so every worker would produce every element. Put a "
+                "MapDataset.to_iter_dataset() (or a plugin stage that splits its input, such as "
+                "InterleaveIterDataset) upstream of mp_prefetch."
+            )
+        self.it = it
+        self.initial = it.get_state()
+        try:
+            self.elastic_problem = elastic.chain_problem(it)
+        except Exception as e:  # never fail a worker over the elastic analysis
+            self.elastic_problem = f"it could not be analysed ({type(e).__name__}: {e})."
+
+    # --- commands ----------------------------------------------------------------------------------
+
+    def _take_commands(self, timeout: float | None) -> bool:
+        """Reads commands (waiting up to ``timeout`` for the first); applies ``Consumed`` at once and
+        queues the others. Returns whether a non-``Consumed`` command is queued."""
+        ep = self.endpoint
+        msg = ep.receive(timeout)
+        while msg is not None:
+            if isinstance(msg, Consumed):
+                if msg.generation == self.gen:
+                    self.consumed = max(self.consumed, msg.elements)
+            else:
+                self.pending.append(msg)
+            msg = ep.receive(0)
+        return bool(self.pending)
+
+    def _command(self, cmd: ToWorker) -> bool:
+        """Applies a queued command; False on :class:`Stop`."""
+        if isinstance(cmd, Stop):
+            return False
+        if cmd.generation == self.gen:
+            return True  # a repeated command of the current generation
+        self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
+        self.held = None
+        if not isinstance(cmd, Start):  # Idle (a Consumed never reaches here)
+            return True
+        if self.setup_error is not None:
+            self._fail(self.setup_error, self.setup_tb)
+            return True
+        try:
+            self._restart(cmd.state, cmd.skip)
+        except Exception as e:
+            self._fail(e, traceback.format_exc())
+            return True
+        self.producing = True
+        return True
+
+    def _restart(self, state: Any, skip: int) -> None:
+        assert self.it is not None
+        if self.fresh and state is None and skip == 0:
+            return
+        self.fresh = False
+        self.it.set_state(self.initial if state is None else state)
+        for _ in range(skip):
+            next(self.it)
+
+    def _fail(self, e: BaseException, tb: str) -> None:
+        data = pickle_exception(e)
+        self._emit(lambda seq: Failure(seq, self.gen, data, tb))
+
+    # --- loop --------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serves commands until :class:`Stop`; returns quietly when the consumer is gone."""
+        template = None if self.setup_error is not None else self.initial
+        threading.Thread(target=self._flusher, name="grain_core-worker-flusher", daemon=True).start()
+        try:
+            self._emit(lambda seq: Template(seq, template, self.elastic_problem))
+            while True:
+                room = self.job.buffer_size - (self.sent - self.consumed)
+                if self.pending:
+                    if not self._command(self.pending.popleft()):
+                        return
+                    continue
+                if self.producing and room <= 0 and self.held is None:
+                    # Produce the next element while the consumer catches up; it is sent once
+                    # there is room (the "one being produced" of the buffer bound).
+                    if self._take_commands(0):
+                        continue
+                    self._hold()
+                    continue
+                if not self.producing or room <= 0:
+                    self._take_commands(None)
+                    continue
+                self._take_commands(0)
+                if self.pending:
+                    continue
+                self._produce(room)
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            pass  # the consumer went away
+        finally:
+            self.done = True
+            self._report()
+
+    def _hold(self) -> None:
+        """Produces one element (or the outcome that ends the share) to send later."""
+        it = self.it
+        assert it is not None
+        self.fresh = False
+        state = it.get_state()
+        t0 = time.perf_counter()
+        try:
+            self.held = _Held(state, [next(it)], None, "")
+        except StopIteration:
+            self.held = _Held(state, [], "end", "")
+        except Exception as e:
+            self.held = _Held(state, [], e, traceback.format_exc())
+        self.produced_seconds += time.perf_counter() - t0
+
+    def _produce(self, room: int) -> None:
+        it = self.it
+        assert it is not None
+        self.fresh = False
+        held, self.held = self.held, None
+        outcome: BaseException | str | None = None
+        tb = ""
+        if held is not None:
+            state, first, outcome, tb = held.state, held.elements, held.outcome, held.traceback
+        else:
+            state, first = it.get_state(), []
+        g = _Group(state, 0, list(first))
+        with self.lock:
+            self.group = g
+        count = len(first)
+        nbytes = 0
+        t0 = time.perf_counter()
+        limit = min(room, MAX_MESSAGE_ELEMENTS)
+        while outcome is None and count < limit:
+            if count:
+                # Deliver what is finished before starting an element that may be slow, when the
+                # group is old; a waiting command (a restart) ends the group too. (An element
+                # that turns out slow is covered by the flusher thread.)
+                if self._take_commands(0):
+                    break
+                if time.perf_counter() - t0 > MAX_MESSAGE_SECONDS:
+                    break
+            self.in_next_since = time.perf_counter()
+            try:
+                x = next(it)
+            except StopIteration:
+                outcome = "end"
+                break
+            except Exception as e:
+                outcome, tb = e, traceback.format_exc()
+                break
+            finally:
+                self.in_next_since = None
+            with self.lock:
+                g.elements.append(x)
+            count += 1
+            if self.size_of is not None:
+                nbytes += self.size_of(x)
+                if nbytes >= MAX_MESSAGE_BYTES:
+                    break
+        with self.lock:
+            self.group = None
+            if g.elements:
+                if self.stats_report is not None:  # before the data: read with it, never later
+                    self.endpoint.send(Stats(self._next_seq(), self.gen, self.stats_report()))
+                self.endpoint.send(Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements))
+                self.sent += len(g.elements)
+        self.produced_elements += count
+        self.produced_seconds += time.perf_counter() - t0
+        if outcome == "end":
+            self._emit(lambda seq: End(seq, self.gen))
+            self.producing = False
+        elif isinstance(outcome, BaseException):
+            self._fail(outcome, tb)
+            self.producing = False
+
+    def _report(self) -> None:
+        if self.job.profiling:
+            n, s = self.produced_elements, self.produced_seconds
+            _log.warning(
+                "mp_prefetch worker %d/%d: %d elements in %.3f s (%.1f us/element)",
+                self.index,
+                self.job.worker_count,
+                n,
+                s,
+                1e6 * s / max(n, 1),
+            )
+
+
+# --------------------------------------------------------------------------------------------------
+# the consumer
+# --------------------------------------------------------------------------------------------------
+
+
+def next_or_rollback(it: Any) -> Any:
+    """``next(it)`` for a wrapper that returns the element as it is: when an exception (Ctrl-C) is
+    raised into this call after ``it`` returned an element, ``it`` is rolled back so that the next
+    ``next()`` returns that element again. ``it`` takes part by having ``rollback_mark()`` and
+    ``rollback(mark)`` (:class:`RoundRobinConsumer` and the thread-prefetch iterator do); for any
+    other iterator this is ``next(it)``."""
+    mark_fn = getattr(it, "rollback_mark", None)
+    if mark_fn is None:
+        return next(it)
+    mark = mark_fn()
+    try:
+        return next(it)
+    except StopIteration:
+        raise
+    except BaseException:
+        it.rollback(mark)
+        raise
+
+
+class _Worker(NamedTuple):
+    """The consumer's view of one worker; replaced as a whole, never changed in place."""
+
+    state: Any = None  # worker state at the start of the last message taken from ...
+    skip: int = 0  # ... and how many elements after it were returned
+    exhausted: bool = False  # every element returned and End received
+    ended: bool = False  # End received (elements may still be buffered)
+    buffered: tuple[Elements, ...] = ()
+    offset: int = 0  # elements of buffered[0] already returned
+    consumed: int = 0  # elements returned in this generation (the Consumed count)
+    seq: int = 0  # the last message applied
+    failure: Failure | None = None
+
+
+class _Cursor(NamedTuple):
+    """Everything ``next()`` changes, replaced by one assignment: an exception raised into
+    ``next()`` at any point leaves either the old or the new cursor, never a mix."""
+
+    generation: int
+    next_worker: int
+    position: int
+    workers: tuple[_Worker, ...]
+
+
+_PENDING = object()
+
+
+class RoundRobinConsumer(DatasetIterator):
+    """Round-robin over the workers of a :class:`WorkerPool`; exact state; elastic restore.
+
+    The workers start producing at the first ``next()`` / ``start_prefetch()``, at the position last
+    given by ``set_state``. ``set_state`` keeps the workers and sends them the new position; it first
+    compares each worker state with that worker's fresh-iterator state
+    (:func:`grain_core.state.check_same_pipeline`), so a state of another pipeline is refused before
+    anything changes. A state saved with another worker count (or in process) is converted by
+    :func:`grain_core.runtime.elastic.adapt_state` where that is defined.
+
+    An exception raised into ``next()`` (``KeyboardInterrupt``) leaves the iterator consistent:
+    calling ``next()`` again continues with exactly the elements not yet returned.
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        job: WorkerJob,
+        parent: IterDataset,
+        collect_stats: bool = False,
+    ):
+        super().__init__()
+        self._pool = pool
+        self._channels = list(pool.channels)
+        self._k = k = len(self._channels)
+        if k != job.worker_count:
+            pool.close()
+            raise ValueError(f"the runtime started {k} workers, not {job.worker_count}.")
+        self._job = job
+        self._parent_ds = parent
+        self._closed = False
+        self._started = False
+        self._error: BaseException | None = None
+        self._cursor = _Cursor(0, 0, 0, tuple(_Worker() for _ in range(k)))
+        self._prev: _Cursor | None = None  # the cursor before the last element returned
+        self._credited = [0] * k
+        self._templates: list[Any] = [_PENDING] * k
+        self._elastic_problems: list[str | None] = [None] * k
+        self._worker_stats: list[Any] | None = [None] * k if collect_stats else None
+        self._credit_step = max(1, job.buffer_size // 2)
+        # Garbage collection and interpreter exit stop the workers (the finalizer holds the pool).
+        self._finalizer = weakref.finalize(self, pool.close)
+
+    # --- public hooks ------------------------------------------------------------------------------
+
+    @property
+    def num_workers(self) -> int:
+        return self._k
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The runtime's workers (e.g. ``pool.worker_pids`` for the process runtime)."""
+        return self._pool
+
+    def worker_stats(self) -> list[Any] | None:
+        """Each worker's latest statistics report (``grain_core.stats``); None when not collected."""
+        return None if self._worker_stats is None else list(self._worker_stats)
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._started:
+            return
+        cur = self._cursor
+        k = self._k
+        for i in [(cur.next_worker + j) % k for j in range(k)]:  # whose element comes next: first
+            w = cur.workers[i]
+            if w.exhausted:
+                self._send(i, Idle(cur.generation))
+            else:
+                self._send(i, Start(cur.generation, w.state, w.skip))
+        self._started = True
+
+    def _send(self, i: int, msg: ToWorker) -> None:
+        try:
+            self._channels[i].send(msg)
+        except (OSError, EOFError):
+            pass  # reported as a lost worker when its turn comes
+
+    def start_prefetch(self) -> None:
+        if not self._closed:
+            self._ensure_started()
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        if self._error is not None:
+            raise self._error
+        self._ensure_started()
+        k = self._k
+        while True:
+            cur = self._cursor
+            i = cur.next_worker
+            w = cur.workers[i]
+            if w.exhausted:
+                if all(x.exhausted for x in cur.workers):
+                    raise StopIteration
+                self._cursor = cur._replace(next_worker=(i + 1) % k)
+                continue
+            if w.buffered:
+                msg = w.buffered[0]
+                x = msg.elements[w.offset]
+                offset = w.offset + 1
+                rest = w.buffered
+                if offset == len(msg.elements):
+                    rest, offset = rest[1:], 0
+                consumed = w.consumed + 1
+                nw = _Worker(
+                    msg.state,
+                    msg.skip + w.offset + 1,
+                    w.ended and not rest,
+                    w.ended,
+                    rest,
+                    offset,
+                    consumed,
+                    w.seq,
+                    w.failure,
+                )
+                ws = cur.workers
+                new = _Cursor(
+                    cur.generation,
+                    i + 1 if i + 1 < k else 0,
+                    cur.position + 1,
+                    ws[:i] + (nw,) + ws[i + 1 :],
+                )
+                if not rest or consumed - self._credited[i] >= self._credit_step:
+                    self._credit(i, cur.generation, consumed)
+                # The commit: one store, then return with no call in between (an exception raised
+                # into next() lands before it, or in the caller after the element was returned).
+                self._prev = cur
+                self._cursor = new
+                return x
+            if w.failure is not None:
+                self._error = self._worker_exception(i, w.failure)
+                raise self._error
+            if w.ended:  # End received, every element returned
+                self._cursor = _with(cur, i, w._replace(exhausted=True))
+                continue
+            self._receive(i)
+
+    def rollback_mark(self) -> Any:
+        """A mark for :meth:`rollback` (see :func:`next_or_rollback`)."""
+        return self._cursor
+
+    def rollback(self, mark: Any) -> None:
+        """Un-returns the element returned since ``mark``, if exactly one was (its caller was
+        interrupted before it got it): the next ``next()`` returns it again."""
+        prev = self._prev
+        if prev is not None and self._cursor.position == mark.position + 1 == prev.position + 1:
+            self._cursor = prev  # the cursor just before that element was taken
+
+    def _credit(self, i: int, generation: int, consumed: int) -> None:
+        self._send(i, Consumed(generation, consumed))
+        self._credited[i] = consumed
+
+    def _receive(self, i: int) -> None:
+        """Applies worker ``i``'s next message (waiting for it)."""
+        ch = self._channels[i]
+        while True:
+            if self._closed:
+                raise RuntimeError("This iterator was closed while waiting for an element.")
+            try:
+                msg = ch.peek(WAIT_SECONDS)
+            except WorkerLostError as e:
+                if self._closed:
+                    raise RuntimeError(
+                        "This iterator was closed while waiting for an element."
+                    ) from None
+                self._error = WorkerError(
+                    f"mp_prefetch worker {i} {e} while the iterator waited for output element "
+                    f"#{self._cursor.position}. It may have been killed (e.g. by the "
+                    "out-of-memory killer) or crashed in native code. Create a new iterator (or "
+                    "restore a saved state into one) to continue."
+                )
+                raise self._error from None
+            if msg is None:
+                continue
+            applied = self._apply(i, msg)
+            ch.drop()
+            if applied:
+                return
+
+    def _apply(self, i: int, msg: FromWorker) -> bool:
+        """Records ``msg``; True when worker ``i``'s view changed (elements, end or failure)."""
+        if isinstance(msg, Template):
+            self._templates[i] = msg.state
+            self._elastic_problems[i] = msg.elastic_problem
+            return False
+        cur = self._cursor
+        w = cur.workers[i]
+        if msg.generation != cur.generation or msg.seq <= w.seq:
+            return False  # outdated, or applied before an interruption
+        if isinstance(msg, Stats):
+            if self._worker_stats is not None:
+                self._worker_stats[i] = msg.report
+            return False
+        if isinstance(msg, Elements):
+            nw = w._replace(buffered=w.buffered + (msg,), seq=msg.seq)
+        elif isinstance(msg, End):
+            nw = w._replace(ended=True, seq=msg.seq)
+        elif isinstance(msg, Failure):
+            nw = w._replace(failure=msg, seq=msg.seq)
+        else:
+            raise WorkerError(f"unexpected message {msg!r} from mp_prefetch worker {i}.")
+        self._cursor = _with(cur, i, nw)
+        return True
+
+    def _worker_exception(self, i: int, f: Failure) -> BaseException:
+        where = (
+            f"raised in mp_prefetch worker {i} of {self._k} while producing output element "
+            f"#{self._cursor.position}"
+        )
+        exc: BaseException | None = None
+        if f.exception is not None:
+            try:
+                import pickle
+
+                exc = pickle.loads(f.exception)
+            except Exception:
+                exc = None
+        if isinstance(exc, BaseException):
+            exc.add_note(f"{where}. Worker traceback:\n{f.traceback}")
+            return exc
+        return WorkerError(f"Exception {where}. Worker traceback:\n{f.traceback}")
+
+    # --- state --------------------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        cur = self._cursor
+        return _state.make_state(
+            STATE_KIND,
+            num_workers=self._k,
+            next_worker=cur.next_worker,
+            position=cur.position,
+            workers=[
+                {"state": w.state, "skip": w.skip, "exhausted": w.exhausted} for w in cur.workers
+            ],
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        state = elastic.adapt_state(self, state)
+        _state.expect_state(
+            state, STATE_KIND, ("num_workers", "next_worker", "workers"), num_workers=self._k
+        )
+        workers = state["workers"]
+        nxt = state["next_worker"]
+        if (
+            not isinstance(workers, list)
+            or len(workers) != self._k
+            or not _state_int(nxt)
+            or not 0 <= nxt < self._k
+        ):
+            raise _state.StateMismatchError(
+                f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
+            )
+        for i, w in enumerate(workers):
+            if isinstance(w, dict):
+                _state.check_state_int(
+                    w.get("skip"), f"workers[{i}].skip", maximum=MAX_SKIP, where=STATE_KIND
+                )
+            if not isinstance(w, dict) or not isinstance(w.get("exhausted", False), bool):
+                raise _state.StateMismatchError(
+                    f"Malformed worker entry in the state: {w!r} (skip must be an int in "
+                    f"[0, {MAX_SKIP}], exhausted a bool): it was not written by get_state()."
+                )
+        position = state.get("position", 0)
+        if not _state_int(position) or position < 0:
+            raise _state.StateMismatchError(f"Malformed position in the state: {position!r}")
+        for i, w in enumerate(workers):
+            wstate = w.get("state")
+            if wstate is None:
+                continue
+            template = self.template(i)
+            if template is not None:
+                _state.check_same_pipeline(template, wstate, where=f"state.workers[{i}].state")
+        gen = self._cursor.generation + 1
+        views = tuple(
+            _Worker(
+                state=w.get("state"),
+                skip=int(w["skip"]),
+                exhausted=bool(w.get("exhausted", False)),
+                ended=bool(w.get("exhausted", False)),
+            )
+            for w in workers
+        )
+        self._started = False
+        self._error = None
+        self._credited = [0] * self._k
+        self._prev = None
+        self._cursor = _Cursor(gen, int(nxt), int(position), views)
+
+    def template(self, i: int) -> Any:
+        """Worker ``i``'s fresh-iterator state, waiting for it if needed; None if the worker cannot
+        give one (it failed to build its pipeline, or is gone: reported at ``next()``)."""
+        ch = self._channels[i]
+        try:
+            while self._templates[i] is _PENDING and not self._closed:
+                msg = ch.peek(WAIT_SECONDS)
+                if msg is None:
+                    continue
+                if isinstance(msg, Template):
+                    self._apply(i, msg)
+                    ch.drop()
+                else:  # the template is always a worker's first message
+                    self._templates[i] = None
+        except WorkerLostError:
+            self._templates[i] = None
+        t = self._templates[i]
+        return None if t is _PENDING else t
+
+    def elastic_target(self) -> elastic.ElasticTarget:
+        """What this iterator offers an elastic restore (hook of :mod:`grain_core.runtime.elastic`)."""
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        templates = [self.template(i) for i in range(self._k)]
+        problem = next((p for p in self._elastic_problems if p is not None), None)
+        if problem is None and any(t is None for t in templates):
+            problem = "a worker could not build its pipeline (its error is raised at next())."
+        return elastic.worker_target(self._parent_ds, templates, problem)
+
+    # --- lifetime -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the workers and frees what they hold. Idempotent; safe from another thread."""
+        self._closed = True
+        self._finalizer()
+
+
+def _with(cur: _Cursor, i: int, w: _Worker) -> _Cursor:
+    return cur._replace(workers=cur.workers[:i] + (w,) + cur.workers[i + 1 :])
+
+
+def _state_int(v: Any) -> bool:
+    import numbers
+
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+

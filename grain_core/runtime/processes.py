@@ -1,0 +1,625 @@
+"""The built-in transport of :mod:`grain_core.runtime.api`: worker processes and shared memory.
+
+Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
+
+* Workers are ``forkserver`` processes (``spawn`` with ``GRAIN_CORE_MP_START_METHOD=spawn``; never
+  ``fork``). Each runs :class:`~grain_core.runtime.api.WorkerLoop` after
+  :meth:`WorkerEnvironment.apply <grain_core.runtime.api.WorkerEnvironment.apply>`. Helper
+  interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
+  before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
+* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Elements` travel
+  with their numpy buffers in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
+  consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
+  the segment. When ``/dev/shm`` has too little room (:func:`grain_core.runtime.shm.min_free_bytes`)
+  elements are pickled through the pipe instead, with a warning saying how to enlarge ``/dev/shm``.
+* Nothing outlives the job: the consumer unlinks a segment's name as soon as it has opened it (both
+  sides then hold it; the memory goes when both are gone); segment names carry the consumer's pid
+  and starting a pool unlinks those of dead consumers (:func:`grain_core.runtime.shm.reclaim_stale`).
+  Workers die with their consumer: a parent-death signal (Linux ``prctl``) and a watchdog thread
+  that checks the consumer's pid. ``close()``, garbage collection and interpreter exit stop them.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import multiprocessing as mp
+import os
+import pickle
+import select
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from multiprocessing.connection import wait
+from typing import Any
+
+from grain_core.runtime import api, shm
+
+__all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV"]
+
+START_METHOD_ENV = "GRAIN_CORE_MP_START_METHOD"
+SYS_PATH_ENV = "_GRAIN_CORE_FORKSERVER_SYS_PATH"  # read (and removed) by runtime._preload
+_PRELOAD = ("grain_core.runtime._preload",)
+_STOP_GRACE_SECONDS = 0.5
+_WATCHDOG_SECONDS = 0.25
+_forkserver_lock = threading.Lock()
+
+
+# --------------------------------------------------------------------------------------------------
+# wire messages of this transport
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShmElements:
+    """:class:`api.Elements` as sent: pickles plus their buffers in ``segment`` (None: all in the
+    pickles). ``fallback`` says why shared memory was not used, when it was not."""
+
+    seq: int
+    generation: int
+    state: Any
+    skip: int
+    segment: str | None
+    payloads: list[bytes]
+    layouts: list[tuple[tuple[int, int], ...]]
+    fallback: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Released:
+    """Consumer -> worker: the consumer has copied out ``messages`` element messages (absolute)."""
+
+    messages: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Boot:
+    """The one argument of a worker process."""
+
+    conn: Any
+    index: int
+    job: api.WorkerJob
+    prefix: str
+    consumer_pid: int
+    use_shm: bool
+    min_free: int
+
+
+# --------------------------------------------------------------------------------------------------
+# worker side
+# --------------------------------------------------------------------------------------------------
+
+
+def _nbytes(x: Any, depth: int = 0) -> int:
+    n = getattr(x, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    if isinstance(x, (bytes, bytearray, str)):
+        return len(x)
+    if depth < 4:
+        if isinstance(x, dict):
+            return sum(_nbytes(v, depth + 1) for v in x.values())
+        if isinstance(x, (list, tuple)):
+            return sum(_nbytes(v, depth + 1) for v in x)
+    return 64
+
+
+class _WorkerEndpoint:
+    def __init__(self, boot: _Boot):
+        self.conn = boot.conn
+        self.writer = shm.MessageWriter(boot.prefix, boot.min_free) if boot.use_shm else None
+        self.released = 0
+        self.sent_messages = 0
+        self.lock = threading.Lock()
+        self.consumer_pid = boot.consumer_pid
+
+    def send(self, message: Any) -> None:
+        # Called by the worker loop's thread and its flusher thread: one at a time.
+        with self.lock:
+            if isinstance(message, api.Elements):
+                message = self._encode(message)
+                self.sent_messages += 1
+            self.conn.send(message)
+
+    def _encode(self, m: api.Elements) -> _ShmElements:
+        w = self.writer
+        fallback = None
+        if w is not None:
+            try:
+                for x in m.elements:
+                    w.add(x)
+                name, payloads, layouts = w.finish()
+                return _ShmElements(m.seq, m.generation, m.state, m.skip, name, payloads, layouts)
+            except shm.ShmFullError as e:
+                w.pass_through()
+                fallback = str(e)
+        payloads = [_dumps(x) for x in m.elements]
+        return _ShmElements(
+            m.seq, m.generation, m.state, m.skip, None, payloads, [()] * len(payloads), fallback
+        )
+
+    def receive(self, timeout: float | None) -> Any:
+        conn = self.conn
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            if conn.poll(min(left, 0.5)):
+                msg = conn.recv()
+                if isinstance(msg, _Released):
+                    if self.writer is not None:
+                        with self.lock:
+                            while self.released < msg.messages:
+                                self.writer.release_oldest()
+                                self.released += 1
+                    continue
+                return msg
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            if not _alive(self.consumer_pid):
+                raise EOFError("the consumer is gone")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _dumps(x: Any) -> bytes:
+    try:
+        return pickle.dumps(x, protocol=5)
+    except Exception:
+        import cloudpickle
+
+        return cloudpickle.dumps(x, protocol=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _die_with_parent(consumer_pid: int, prefix: str) -> None:
+    """The worker ends when its consumer does, unlinking its segments: ``SIGTERM`` does that at
+    once; Linux sends it when the worker's parent (the consumer, or the forkserver, which exits with
+    the consumer) dies (``PR_SET_PDEATHSIG``); a watchdog thread checks the consumer's pid too."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        shm.sweep(prefix)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
+
+    def watch() -> None:
+        while _alive(consumer_pid):
+            time.sleep(_WATCHDOG_SECONDS)
+        shm.sweep(prefix)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="grain_core-mp-watchdog", daemon=True).start()
+
+
+def restore_environment() -> None:
+    """In a new helper interpreter: undoes what :func:`_worker_start` set for the start and applies
+    the consumer's ``sys.path`` (the forkserver's preload calls it before plugin discovery)."""
+    import json
+
+    raw = os.environ.pop(SYS_PATH_ENV, None)
+    if raw is None:
+        return
+    try:
+        saved = json.loads(raw)
+        sys.path[:] = [str(p) for p in saved["sys_path"]]
+        if saved.get("safe_path") is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = str(saved["safe_path"])
+    except (ValueError, KeyError, TypeError):
+        pass
+
+
+def _worker_main(boot: _Boot) -> None:
+    """Entry point of a worker process; returns when stopped or orphaned."""
+    restore_environment()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle.
+    _die_with_parent(boot.consumer_pid, boot.prefix)
+    endpoint = _WorkerEndpoint(boot)
+    try:
+        boot.job.environment.apply()
+        api.WorkerLoop(boot.job, boot.index, endpoint, size_of=_nbytes).run()
+    except (EOFError, OSError):
+        pass  # the consumer went away
+    finally:
+        endpoint.close()
+        shm.sweep(boot.prefix)
+        try:
+            boot.conn.close()
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------------------------------
+# consumer side
+# --------------------------------------------------------------------------------------------------
+
+
+class _ProcessChannel:
+    """The consumer's end of one worker: an inbox filled by the pool's I/O thread, an outbox the
+    I/O thread sends from (``Consumed`` counts coalesced: only the latest is sent)."""
+
+    def __init__(self, pool: ProcessPool, proc: Any, conn: Any):
+        self._pool = pool
+        self.proc = proc
+        self.conn = conn
+        self.inbox: collections.deque[Any] = collections.deque()
+        self.outbox: collections.deque[Any] = collections.deque()
+        self.latest_consumed: api.Consumed | None = None
+        self.sent_consumed: api.Consumed | None = None
+        self.read_messages = 0
+        self.lost: str | None = None  # how the worker was lost
+
+    def send(self, message: Any) -> None:
+        if isinstance(message, api.Consumed):
+            self.latest_consumed = message
+        else:
+            self.outbox.append(message)
+        self._pool.wake()
+
+    def peek(self, timeout: float) -> Any:
+        # No lock is taken here: an exception raised into the caller (Ctrl-C) at any point leaves
+        # nothing held and nothing removed.
+        if self.inbox:
+            return self.inbox[0]
+        if self.lost is None:
+            self._pool.wait_ready(timeout)
+        if self.inbox:
+            return self.inbox[0]
+        if self.lost is not None:
+            raise api.WorkerLostError(self.lost)
+        return None
+
+    def drop(self) -> None:
+        if self.inbox:
+            self.inbox.popleft()
+
+
+class ProcessPool:
+    """Worker processes, their pipes and the consumer's I/O thread; see the module docstring."""
+
+    def __init__(self, runtime: ProcessRuntime, job: api.WorkerJob):
+        self.prefix = shm.new_prefix()
+        self.channels: list[_ProcessChannel] = []
+        self._reader = shm.MessageReader()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()  # consumer -> I/O thread: something to send
+        os.set_blocking(self._wake_w, False)
+        self._wake_pending = False
+        self._ready_r, self._ready_w = os.pipe()  # I/O thread -> consumer: a message arrived
+        os.set_blocking(self._ready_r, False)
+        os.set_blocking(self._ready_w, False)
+        self._warned = False
+        shm.reclaim_stale()
+        min_free = shm.min_free_bytes()
+        free = shm.free_bytes()
+        use_shm = True
+        if free is not None and free < 2 * min_free:
+            use_shm = False
+            self._warn(
+                f"/dev/shm has only {free >> 20} MiB free (at least {(2 * min_free) >> 20} MiB "
+                f"wanted, see {shm.MIN_FREE_ENV})"
+            )
+        ctx = runtime.context()
+        self._thread: threading.Thread | None = None
+        try:
+            for i in range(job.worker_count):
+                parent_conn, child_conn = ctx.Pipe(duplex=True)
+                boot = _Boot(
+                    child_conn, i, job, f"{self.prefix}w{i}", os.getpid(), use_shm, min_free
+                )
+                proc = ctx.Process(
+                    target=_worker_main,
+                    args=(boot,),
+                    name=f"grain_core-mp-worker-{i}",
+                    daemon=True,
+                )
+                with _worker_start():
+                    proc.start()
+                child_conn.close()
+                self.channels.append(_ProcessChannel(self, proc, parent_conn))
+            self._thread = threading.Thread(
+                target=self._io_loop, name="grain_core-mp-io", daemon=True
+            )
+            self._thread.start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [c.proc.pid for c in self.channels]
+
+    def _warn(self, why: str) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"mp_prefetch: {why}; elements are sent pickled through pipes instead of shared "
+            "memory (slower). Enlarge /dev/shm: `docker run --shm-size=2g ...` (Docker's default is "
+            "64 MiB), or `mount -o remount,size=2G /dev/shm` as root.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def wake(self) -> None:
+        if self._wake_pending:
+            return  # the I/O thread has not read the last wake-up yet: it will see this too
+        self._wake_pending = True
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _signal_ready(self) -> None:
+        try:
+            os.write(self._ready_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    def wait_ready(self, timeout: float) -> None:
+        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel)."""
+        try:
+            r, _, _ = select.select([self._ready_r], [], [], timeout)
+            if r:
+                os.read(self._ready_r, 65536)
+        except (BlockingIOError, OSError, ValueError):
+            pass
+
+    # --- the I/O thread ----------------------------------------------------------------------------
+
+    def _io_loop(self) -> None:
+        by_conn = {c.conn: c for c in self.channels}
+        by_sentinel = {c.proc.sentinel: c for c in self.channels}
+        while not self._closed:
+            self._flush()
+            waitables = [self._wake_r]
+            waitables += [c.conn for c in self.channels if c.lost is None]
+            waitables += [c.proc.sentinel for c in self.channels if c.lost is None]
+            try:
+                ready = wait(waitables, timeout=0.2)
+            except OSError:
+                if self._closed:
+                    return
+                raise
+            if self._closed:
+                return
+            for r in ready:
+                if r == self._wake_r:
+                    self._wake_pending = False  # before reading: a later wake() writes again
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except OSError:
+                        pass
+                    self._flush()
+                elif r in by_conn:
+                    self._read(by_conn[r])
+                elif r in by_sentinel:
+                    ch = by_sentinel[r]
+                    if ch.lost is None and not self._drain(ch):
+                        self._lose(ch)
+
+    def _flush(self) -> None:
+        for ch in self.channels:
+            if ch.lost is not None:
+                continue
+            latest = ch.latest_consumed  # read before the outbox: see _ProcessChannel.send
+            try:
+                while ch.outbox:
+                    ch.conn.send(ch.outbox.popleft())
+                if latest is not None and latest is not ch.sent_consumed:
+                    ch.conn.send(latest)
+                    ch.sent_consumed = latest
+            except (OSError, EOFError):
+                pass  # the worker is gone: its sentinel says so
+
+    def _drain(self, ch: _ProcessChannel) -> bool:
+        """Reads what a dead worker left in its pipe; True when something was read."""
+        got = False
+        try:
+            while ch.conn.poll(0):
+                self._read(ch)
+                got = True
+                if ch.lost is not None:
+                    break
+        except (OSError, EOFError):
+            pass
+        return got
+
+    def _read(self, ch: _ProcessChannel) -> None:
+        try:
+            msg = ch.conn.recv()
+        except (EOFError, OSError):
+            self._lose(ch)
+            return
+        if isinstance(msg, _ShmElements):
+            try:
+                elements = self._reader.read(msg.segment, msg.payloads, msg.layouts)
+            except Exception as e:  # an unreadable message: the worker's failure
+                import traceback
+
+                msg_out: Any = api.Failure(
+                    msg.seq, msg.generation, api.pickle_exception(e), traceback.format_exc()
+                )
+            else:
+                msg_out = api.Elements(msg.seq, msg.generation, msg.state, msg.skip, elements)
+            ch.read_messages += 1
+            try:
+                ch.conn.send(_Released(ch.read_messages))
+            except (OSError, EOFError):
+                pass
+            if msg.fallback is not None:
+                self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
+            msg = msg_out
+        ch.inbox.append(msg)
+        self._signal_ready()
+
+    def _lose(self, ch: _ProcessChannel) -> None:
+        proc = ch.proc
+        try:
+            proc.join(1.0)
+            code = proc.exitcode
+        except Exception:
+            code = None
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            try:
+                how = f"signal {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"signal {-code}"
+        ch.lost = f"(pid {proc.pid}) died unexpectedly ({how})"
+        self._signal_ready()
+
+    # --- closing -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        for ch in self.channels:
+            if ch.lost is None:
+                ch.lost = "(closed)"
+        self._signal_ready()
+        self.wake()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(5.0)
+        for ch in self.channels:
+            try:
+                ch.conn.send(api.Stop())
+            except Exception:
+                pass
+        for ch in self.channels:
+            try:
+                ch.conn.close()
+            except Exception:
+                pass
+        deadline = time.monotonic() + _STOP_GRACE_SECONDS
+        for ch in self.channels:
+            try:
+                ch.proc.join(max(0.0, deadline - time.monotonic()))
+            except Exception:
+                pass
+        for ch in self.channels:
+            p = ch.proc
+            try:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(1.0)
+                if p.is_alive():
+                    p.kill()
+                    p.join(1.0)
+                p.close()
+            except Exception:
+                pass
+        self._reader.close()
+        shm.sweep(self.prefix)
+        for fd in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------------------------------
+# the runtime
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessRuntime:
+    """Workers in local processes, elements through shared memory (the default runtime, registered
+    as ``"processes"``). ``start_method``: ``"forkserver"`` (default) or ``"spawn"``; None reads
+    ``GRAIN_CORE_MP_START_METHOD``."""
+
+    start_method: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_method not in (None, "forkserver", "spawn"):
+            raise ValueError(
+                f"ProcessRuntime(start_method=...) must be 'forkserver' or 'spawn', got "
+                f"{self.start_method!r} ('fork' is never used: it copies the parent's threads' "
+                "locks)."
+            )
+
+    def context(self) -> Any:
+        method = self.start_method or os.environ.get(START_METHOD_ENV, "forkserver")
+        if method not in ("forkserver", "spawn"):
+            raise ValueError(f"{START_METHOD_ENV} must be 'forkserver' or 'spawn', got {method!r}.")
+        ctx = mp.get_context(method)
+        if method == "forkserver":
+            from multiprocessing import forkserver
+
+            with _forkserver_lock:
+                server = forkserver._forkserver  # type: ignore[attr-defined]
+                if getattr(server, "_forkserver_pid", None) is None:
+                    mods = [m for m in getattr(server, "_preload_modules", []) if m != "__main__"]
+                    mods += [m for m in _PRELOAD if m not in mods]
+                    ctx.set_forkserver_preload(mods)
+        return ctx
+
+    def start_workers(self, job: api.WorkerJob) -> ProcessPool:
+        return ProcessPool(self, job)
+
+
+@contextlib.contextmanager
+def _worker_start() -> Iterator[None]:
+    """While a worker (and, the first time, the forkserver) starts: ``__main__``'s file and spec
+    hidden, so multiprocessing does not re-run the user's script (or ``<stdin>``) in it (workers
+    never need ``__main__``: cloudpickle sends its functions by value), and ``PYTHONSAFEPATH=1`` plus
+    this ``sys.path`` in the environment, so the new interpreter never imports from the working
+    directory unless this process's path has it."""
+    import json
+
+    main = sys.modules.get("__main__")
+    missing = object()
+    with _forkserver_lock:
+        saved_env = {k: os.environ.get(k) for k in ("PYTHONSAFEPATH", SYS_PATH_ENV)}
+        os.environ["PYTHONSAFEPATH"] = "1"
+        os.environ[SYS_PATH_ENV] = json.dumps(
+            {"sys_path": sys.path, "safe_path": saved_env["PYTHONSAFEPATH"]}
+        )
+        saved = {}
+        if main is not None:
+            saved = {k: main.__dict__.get(k, missing) for k in ("__file__", "__spec__")}
+            main.__dict__.pop("__file__", None)
+            main.__spec__ = None
+        try:
+            yield
+        finally:
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if main is not None:
+                for k, v in saved.items():
+                    if v is missing:
+                        main.__dict__.pop(k, None)
+                    else:
+                        main.__dict__[k] = v

@@ -1,0 +1,180 @@
+"""The consumer side: a ``WorkerPool`` of Ray actors, one ``Channel`` per actor.
+
+The kernel's :class:`~grain_core.runtime.api.RoundRobinConsumer` (what ``mp_prefetch`` returns)
+reads the channels; this module only moves messages:
+
+* :meth:`RayChannel.send` calls the actor's ``post`` with the next sequence number (no wait).
+* :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
+  messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
+  actor's output is always on its way. The object reference of a completed call is dropped as soon as its result is
+  read: Ray frees the object once the elements taken from it are dropped too.
+* A dead actor (``ray.kill``, a crash, a lost node) makes the pending ``fetch`` fail with
+  ``RayActorError``; the channel raises :class:`~grain_core.runtime.api.WorkerLostError` saying
+  which actor, where it ran and why, and the consumer reports the worker and output position. An
+  actor Ray cannot place within ``RayRuntime.start_timeout_s`` is reported the same way.
+* :meth:`RayWorkerPool.close` kills every actor (``ray.kill``, no restart). The consumer calls it at
+  ``close()``, ``with`` exit, garbage collection and interpreter exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING, Any
+
+from grain_core.runtime.api import WorkerLostError
+
+if TYPE_CHECKING:
+    from grain_plugin_ray.runtime import RayRuntime
+
+__all__ = ["RayChannel", "RayWorkerPool"]
+
+#: How long one ``fetch`` call waits in the actor for a message before returning empty.
+FETCH_WAIT_SECONDS = 1.0
+
+
+class RayChannel:
+    """The consumer's end of one worker actor (used from the consumer's thread)."""
+
+    def __init__(self, pool: RayWorkerPool, index: int, actor: Any, name: str):
+        self._pool = pool
+        self.index = index
+        self.actor = actor
+        self.name = name
+        self._seq = 0
+        self._inbox: collections.deque[Any] = collections.deque()
+        self._fetch: Any = None  # the fetch call in flight
+        self._acked = 0  # seq of the last message received (every earlier one was too)
+        # Answered once the actor was placed and its constructor (the pipeline build) finished.
+        self._location_ref = actor.location.remote()
+        self._placed = False
+        self.lost: str | None = None
+
+    def send(self, message: Any) -> None:
+        if self.lost is not None or self._pool.closed:
+            return
+        # Interrupted between the two lines, the consumer re-sends and reuses this seq: the actor
+        # delivers that re-send too (see ActorEndpoint.post).
+        self.actor.post.remote(self._seq, message)
+        self._seq += 1
+
+    def peek(self, timeout: float) -> Any:
+        import ray
+        from ray.exceptions import RayActorError
+
+        if self._inbox:
+            return self._inbox[0]
+        if self.lost is not None:
+            raise WorkerLostError(self.lost)
+        if self._pool.closed:
+            raise WorkerLostError("(closed)")
+        if self._fetch is None:
+            self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
+        done, _ = ray.wait([self._fetch], timeout=timeout)
+        if not done:
+            if not self._placed:
+                self._check_placed()
+            return None
+        try:
+            messages = ray.get(self._fetch)
+        except RayActorError as e:
+            self.lost = f"({self._where()}) died: {_first_line(e)}"
+            raise WorkerLostError(self.lost) from None
+        # An interruption anywhere below loses nothing: messages stay in the actor until
+        # acknowledged by a later fetch, and the consumer applies a repeated message once.
+        new = [m for m in messages if m.seq > self._acked]
+        if new:
+            self._placed = True
+            self._inbox.extend(new)
+            self._acked = new[-1].seq
+        # The next fetch is on its way while these messages are consumed; dropping the reference
+        # to the finished one lets Ray free its object.
+        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
+        return self._inbox[0] if self._inbox else None
+
+    def drop(self) -> None:
+        if self._inbox:
+            self._inbox.popleft()
+
+    def location(self, timeout: float | None = None) -> Any:
+        """Where the actor runs (:class:`grain_plugin_ray.actor.Location`), once it is placed."""
+        import ray
+
+        return ray.get(self._location_ref, timeout=timeout)
+
+    def _where(self) -> str:
+        import ray
+
+        where = f"Ray actor {self.name}"
+        try:
+            done, _ = ray.wait([self._location_ref], timeout=0)
+            if done:
+                where += f" on {ray.get(done[0])!r}"
+        except Exception:
+            pass
+        return where
+
+    def _check_placed(self) -> None:
+        """Raises ``WorkerLostError`` when the actor is still not placed and built
+        ``start_timeout_s`` after the pool started."""
+        import ray
+
+        rt = self._pool.runtime
+        if time.monotonic() - self._pool.started < rt.start_timeout_s:
+            return
+        done, _ = ray.wait([self._location_ref], timeout=0)
+        if done:
+            self._placed = True
+            return
+        try:
+            available = {k: v for k, v in ray.available_resources().items() if "node:" not in k}
+        except Exception:  # pragma: no cover
+            available = {}
+        self.lost = (
+            f"(Ray actor {self.name}) was not running {rt.start_timeout_s} s after it was created "
+            f"(Ray could not place it, or it is still building its pipeline: each actor needs "
+            f"num_cpus={rt.num_cpus} and resources={dict(rt.resources)}, the cluster has "
+            f"{available} available; lower RayRuntime.num_cpus or the worker count, add nodes, or "
+            "raise RayRuntime.start_timeout_s)"
+        )
+        raise WorkerLostError(self.lost)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    reason = next((ln for ln in text.splitlines() if "The actor is dead because" in ln), None)
+    return f"{type(e).__name__}: {reason.strip() if reason else text.splitlines()[0]}"
+
+
+class RayWorkerPool:
+    """``job.worker_count`` :class:`~grain_plugin_ray.actor.WorkerActor` actors; see the module
+    docstring."""
+
+    def __init__(self, runtime: RayRuntime, actors: list[Any], names: list[str]):
+        self.runtime = runtime
+        self.closed = False
+        self.started = time.monotonic()
+        self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
+
+    @property
+    def actor_names(self) -> list[str]:
+        """The actors' names in the ``grain_core`` Ray namespace (for monitoring and tests)."""
+        return [c.name for c in self.channels]
+
+    def close(self) -> None:
+        """Kills the actors. Idempotent; safe from any thread, a finalizer and interpreter exit."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                return  # Ray shut down already: its actors went with it
+            for c in self.channels:
+                try:
+                    ray.kill(c.actor, no_restart=True)
+                except Exception:
+                    pass
+        except Exception:  # interpreter exit: modules may be half torn down
+            pass

@@ -1,0 +1,129 @@
+"""``RayRuntime``: the ``mp_prefetch`` runtime running worker shares as Ray Core actors.
+
+``ds.mp_prefetch(options, runtime=RayRuntime(...))`` (or ``runtime="ray"`` for the defaults) starts
+``options.num_workers`` actors (:class:`grain_plugin_ray.actor.WorkerActor`); the kernel's
+round-robin consumer reads them, so elements, order and state are ``mp_prefetch``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from grain_core.runtime.api import WorkerJob
+from grain_plugin_ray.actor import WorkerActor
+from grain_plugin_ray.pool import RayWorkerPool
+
+__all__ = ["ACTOR_NAMESPACE", "RayRuntime"]
+
+#: The Ray namespace of the worker actors (``ray.util.list_named_actors(all_namespaces=True)``).
+ACTOR_NAMESPACE = "grain_core"
+
+
+def _positive(name: str, value: Any, kind: type | tuple[type, ...] = int) -> None:
+    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+        raise ValueError(f"RayRuntime.{name} must be a positive number, got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RayRuntime:
+    """Runs each ``mp_prefetch`` worker share in a Ray actor instead of a local process.
+
+    Attributes:
+      address: the Ray cluster to connect to when this process is not connected yet
+        (``ray.init(address=...)``: ``"auto"``, ``"ray://host:10001"``, ``"host:6379"``; None:
+        ``RAY_ADDRESS`` or a new local instance). When ``ray.is_initialized()`` already, the current
+        connection is used whatever ``address`` says.
+      init_kwargs: further ``ray.init`` arguments, used only when this runtime calls ``ray.init``
+        (e.g. ``{"num_cpus": 2}`` for a local instance).
+      num_cpus: CPUs each actor reserves (Ray's ``num_cpus``; fractions allowed). A pool of
+        ``num_workers`` actors needs ``num_workers * num_cpus`` free CPUs.
+      resources: custom resources each actor reserves, e.g. ``{"preprocessing": 1}`` to place the
+        actors only on nodes started with ``ray start --resources '{"preprocessing": 8}'``.
+      runtime_env: Ray runtime environment of the actors (``working_dir``, ``pip``, ``env_vars``).
+      start_timeout_s: how long an actor may take to be placed by Ray and to build its pipeline
+        before the iterator raises; a cluster without the requested CPUs or resources never
+        places it.
+
+    As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
+    not yet returned by ``next()`` (plus the one it produces meanwhile). Elements travel in groups
+    (one actor call returns every group ready); numpy leaves of large results arrive as read-only
+    zero-copy views of Ray's object store.
+    """
+
+    address: str | None = None
+    init_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    num_cpus: float = 1.0
+    resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    runtime_env: Mapping[str, Any] | None = None
+    start_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.address is not None and not isinstance(self.address, str):
+            raise TypeError(f"RayRuntime.address must be a str or None, got {self.address!r}.")
+        if not isinstance(self.init_kwargs, Mapping):
+            raise TypeError(f"RayRuntime.init_kwargs must be a mapping, got {self.init_kwargs!r}.")
+        if (
+            isinstance(self.num_cpus, bool)
+            or not isinstance(self.num_cpus, int | float)
+            or not math.isfinite(self.num_cpus)
+            or self.num_cpus < 0
+        ):
+            raise ValueError(f"RayRuntime.num_cpus must be a number >= 0, got {self.num_cpus!r}.")
+        if not isinstance(self.resources, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            for k, v in self.resources.items()
+        ):
+            raise ValueError(
+                "RayRuntime.resources must map resource names to positive amounts, got "
+                f"{self.resources!r}."
+            )
+        if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
+            raise TypeError(f"RayRuntime.runtime_env must be a mapping, got {self.runtime_env!r}.")
+        _positive("start_timeout_s", self.start_timeout_s, (int, float))
+
+    def connect(self) -> None:
+        """Connects this process to Ray (``ray.init``) unless it is connected already."""
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, **dict(self.init_kwargs))
+
+    def actor_options(self, name: str, namespace: str) -> dict[str, Any]:
+        """``ray.remote(...).options`` for one worker actor."""
+        opts: dict[str, Any] = {
+            "num_cpus": self.num_cpus,
+            "name": name,
+            "namespace": namespace,
+            "max_restarts": 0,
+            # fetch waits for output while post delivers commands: a threaded actor.
+            "max_concurrency": 4,
+        }
+        if self.resources:
+            opts["resources"] = dict(self.resources)
+        if self.runtime_env is not None:
+            opts["runtime_env"] = dict(self.runtime_env)
+        return opts
+
+    def start_workers(self, job: WorkerJob) -> RayWorkerPool:
+        """Starts ``job.worker_count`` actors, worker ``i`` running ``WorkerLoop(job, i, ...)``."""
+        import ray
+
+        self.connect()
+        job_ref = ray.put(job)
+        actor_class = ray.remote(WorkerActor)
+        tag = uuid.uuid4().hex[:12]
+        names = [f"grain_core-{tag}-w{i}" for i in range(job.worker_count)]
+        actors: list[Any] = []
+        try:
+            for i, name in enumerate(names):
+                opts = self.actor_options(name, ACTOR_NAMESPACE)
+                actors.append(actor_class.options(**opts).remote(job_ref, i))
+        except BaseException:
+            for a in actors:
+                ray.kill(a, no_restart=True)
+            raise
+        return RayWorkerPool(self, actors, names)

@@ -1,0 +1,183 @@
+"""Lifecycle of the Ray runtime: selection by name, worker exceptions, dead and unplaceable actors,
+back-pressure, the zero-copy path, and no actor left behind after close / with / GC / errors."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import numpy as np
+import pytest
+from grain_plugin_ray import ACTOR_NAMESPACE, RayRuntime, RayWorkerPool
+from ray_pipelines import pipeline
+
+import grain_core as grain
+from grain_core import testing
+from grain_core.runtime.api import WorkerError
+from grain_core.testing.compare import assert_elements_equal
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]
+
+MP = grain.MultiprocessingOptions
+RT = RayRuntime(num_cpus=0)
+
+
+def live_actor_names() -> set[str]:
+    import ray
+
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == ACTOR_NAMESPACE}
+
+
+def assert_actors_gone(names, handles):
+    """Every actor handle ends up failing with RayActorError (``ray.kill`` is asynchronous: a call
+    may still be answered just after it) and no actor of ``names`` stays listed."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    deadline = time.monotonic() + 120  # a liveness bound, not a timing assertion
+    for h in handles:
+        while True:
+            try:
+                ray.get(h.location.remote(), timeout=10)
+            except RayActorError:
+                break
+            except GetTimeoutError:
+                pass
+            assert time.monotonic() < deadline, f"actor {h} still answers after close"
+            time.sleep(0.2)
+    while set(names) & live_actor_names() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(names) & live_actor_names()
+
+
+def test_plugin_listed_and_runtime_selected_by_name():
+    testing.check_plugin_listed("ray", "grain-plugin-ray", provides=["ray"])
+    ds = grain.MapDataset.range(6).to_iter_dataset().mp_prefetch(MP(num_workers=1), runtime="ray")
+    with iter(ds) as it:
+        assert isinstance(it.pool, RayWorkerPool)
+        assert [int(x) for x in it] == list(range(6))
+
+
+def test_bad_runtime_options_are_refused_early():
+    with pytest.raises(ValueError, match="num_cpus"):
+        RayRuntime(num_cpus=-1)
+    with pytest.raises(ValueError, match="resources"):
+        RayRuntime(resources={"gpu_host": 0})
+    with pytest.raises(ValueError, match="start_timeout_s"):
+        RayRuntime(start_timeout_s=0)
+    with pytest.raises(TypeError, match="address"):
+        RayRuntime(address=6379)
+
+
+def test_worker_exception_is_reraised_after_the_elements_before_it():
+    def boom(x):
+        if x == 7:
+            raise KeyError(f"bad element {x}")
+        return x
+
+    ds = grain.MapDataset.range(12).to_iter_dataset().map(boom).mp_prefetch(MP(2), runtime=RT)
+    got = []
+    with iter(ds) as it, pytest.raises(KeyError, match="bad element 7") as info:
+        for x in it:
+            got.append(int(x))
+    assert got == list(range(7))
+    assert any("worker 1 of 2" in n and "element #7" in n for n in info.value.__notes__)
+
+
+def test_dead_actor_is_reported_and_the_last_state_restores_exactly():
+    import ray
+
+    ref = list(iter(pipeline().mp_prefetch(MP(num_workers=2))))
+    it = iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=RT))
+    head = [next(it) for _ in range(5)]
+    state = it.get_state()
+    names = it.pool.actor_names
+    victim = it.pool.channels[1].actor
+    ray.kill(victim, no_restart=True)
+    with pytest.raises(WorkerError, match=r"worker 1 \(Ray actor .*w1.* died.*output element #\d+"):
+        for _ in it:
+            pass
+    it.close()
+    assert_actors_gone(names, [victim])
+    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=RT)) as again:
+        again.set_state(state)
+        assert_elements_equal(ref, head + list(again), "restored after a dead actor")
+
+
+def test_unplaceable_actor_is_reported_and_removed():
+    rt = RayRuntime(num_cpus=0, resources={"no_such_node": 1}, start_timeout_s=2)
+    ds = grain.MapDataset.range(4).to_iter_dataset().mp_prefetch(MP(num_workers=1), runtime=rt)
+    it = iter(ds)
+    names, handles = it.pool.actor_names, [c.actor for c in it.pool.channels]
+    with pytest.raises(WorkerError, match=r"worker 0 \(Ray actor .*no_such_node"):
+        next(it)
+    it.close()
+    assert_actors_gone(names, handles)
+
+
+@pytest.mark.parametrize("how", ["close", "with", "gc", "exception"])
+def test_no_actor_left(how):
+    ds = pipeline().mp_prefetch(MP(num_workers=2), runtime=RT)
+    it = iter(ds)
+    next(it)
+    names, handles = it.pool.actor_names, [c.actor for c in it.pool.channels]
+    assert set(names) <= live_actor_names()
+    if how == "close":
+        it.close()
+        it.close()  # idempotent
+    elif how == "with":
+        with it:
+            next(it)
+    elif how == "gc":
+        del it
+        gc.collect()
+    else:
+        with pytest.raises(ZeroDivisionError), it:
+            next(it)
+            1 / 0  # noqa: B018
+    assert_actors_gone(names, handles)
+
+
+def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
+    """However long the consumer waits, a worker holds at most per_worker_buffer_size elements
+    produced and not yet returned, plus the one it produces while its buffer is full."""
+    log = tmp_path / "produced"
+
+    def record(x):
+        with open(log, "a") as f:
+            f.write(f"{x}\n")
+        return x
+
+    ds = grain.MapDataset.range(200).to_iter_dataset().map(record)
+    with iter(ds.mp_prefetch(MP(num_workers=1, per_worker_buffer_size=3), runtime=RT)) as it:
+        for consumed in (1, 4):
+            while int(it.get_state()["position"]) < consumed:
+                next(it)
+            time.sleep(2)  # room for a worker that ignored the bound to run far ahead
+            produced = len(log.read_text().split())
+            assert produced <= consumed + 3 + 1, (consumed, produced)
+
+
+def test_large_numpy_leaves_arrive_through_the_object_store():
+    """256 KiB leaves come back equal, as read-only zero-copy views of Ray's object store."""
+    def big(x):
+        return {"x": x, "a": np.full(1 << 15, x, dtype=np.int64)}
+
+    ds = grain.MapDataset.range(6).map(big).to_iter_dataset()
+    with iter(ds.mp_prefetch(MP(num_workers=2), runtime=RT)) as it:
+        got = list(it)
+    assert [int(e["x"]) for e in got] == list(range(6))
+    for e in got:
+        np.testing.assert_array_equal(e["a"], np.full(1 << 15, e["x"], dtype=np.int64))
+        assert not e["a"].flags.writeable  # a view of the object store, not a copy
+
+
+def test_worker_environment_reaches_the_actors(monkeypatch):
+    monkeypatch.setenv("GRAIN_CORE_RAY_TEST_MARK", "seen")
+    ds = grain.MapDataset.range(2).to_iter_dataset().map(
+        lambda x: os.environ.get("GRAIN_CORE_RAY_TEST_MARK")
+    )
+    with iter(ds.mp_prefetch(MP(num_workers=1), runtime=RT)) as it:
+        assert list(it) == ["seen", "seen"]

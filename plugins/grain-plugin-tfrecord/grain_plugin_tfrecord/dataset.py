@@ -1,0 +1,130 @@
+"""``TFRecordIterDataset``: the records of one TFRecord file, as ``bytes``, checkpointably.
+
+Grain's ``grain.experimental.TFRecordIterDataset(path)``: iterating yields each record's bytes in
+file order (parse them with ``.map``, e.g. ``tf.train.Example.FromString``). Unlike Grain's reader
+this one verifies every record's CRCs (``verify_crc=False`` skips that) and reports corruption with
+the file name, the record index and the byte offset (:class:`TFRecordCorruptionError`).
+
+State: ``{"kind": "TFRecordIterDataset", "path": path, "reader_offset": byte offset of the next
+record, "record_index": its number}``. ``set_state`` also accepts Grain's ``{"reader_offset": n}``
+(the record index is then unknown, and error messages count records from there). A state of another
+file is refused; a state whose offset is not the start of a record is refused at the next read
+(the length CRC does not match). Files are opened when iteration starts and closed by ``close()``,
+at the end of the file, and when the iterator is collected.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from grain_core import DatasetIterator, IterDataset
+from grain_core import state as grain_state
+from grain_plugin_tfrecord.format import RecordReader, TFRecordCorruptionError
+
+__all__ = ["TFRecordCorruptionError", "TFRecordIterDataset"]
+
+_KIND = "TFRecordIterDataset"
+
+
+class TFRecordIterDataset(IterDataset):
+    """The records of the TFRecord file ``path`` (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike, *, verify_crc: bool = True):
+        super().__init__()
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"TFRecordIterDataset takes the path of one TFRecord file, got "
+                f"{type(path).__name__}; for several files, interleave one dataset per file."
+            )
+        self._path = os.fspath(path)
+        if not os.path.isfile(self._path):
+            raise FileNotFoundError(f"TFRecordIterDataset: no such file: {self._path}")
+        self._verify = bool(verify_crc)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def __iter__(self) -> DatasetIterator:
+        return _TFRecordIterator(self._path, self._verify)
+
+    def __repr__(self) -> str:
+        return f"TFRecordIterDataset({self._path!r})"
+
+
+class _TFRecordIterator(DatasetIterator):
+    def __init__(self, path: str, verify: bool):
+        super().__init__()
+        self._path = path
+        self._verify = verify
+        self._reader: RecordReader | None = None
+        self._offset = 0
+        self._index: int | None = 0
+        self._done = False
+
+    def _open(self) -> RecordReader:
+        if self._reader is None:
+            self._reader = RecordReader(
+                self._path, self._offset, self._index or 0, verify_crc=self._verify
+            )
+        return self._reader
+
+    def __next__(self) -> bytes:
+        if self._done:
+            raise StopIteration
+        reader = self._open()
+        record = reader.next_record()
+        if record is None:
+            self._done = True
+            self.close()
+            raise StopIteration
+        self._offset = reader.offset
+        if self._index is not None:
+            self._index += 1
+        return record
+
+    def get_state(self) -> dict[str, Any]:
+        return grain_state.make_state(
+            _KIND, path=self._path, reader_offset=self._offset, record_index=self._index
+        )
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
+            )
+        if "kind" in state:
+            grain_state.expect_state(state, _KIND, ("reader_offset",), path=self._path)
+            index = state.get("record_index")
+        elif "reader_offset" in state:  # Grain's state
+            index = None
+        else:
+            raise grain_state.StateMismatchError(
+                f"A TFRecordIterDataset state needs 'reader_offset'; got keys {sorted(state)}."
+            )
+        offset = state["reader_offset"]
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise grain_state.StateMismatchError(
+                f"reader_offset must be an int >= 0, got {offset!r}."
+            )
+        size = os.path.getsize(self._path)
+        if offset > size:
+            raise grain_state.StateMismatchError(
+                f"reader_offset {offset} is past the end of {self._path} ({size} bytes): the state "
+                "belongs to another file."
+            )
+        if index is not None and (
+            isinstance(index, bool) or not isinstance(index, int) or index < 0
+        ):
+            raise grain_state.StateMismatchError(
+                f"record_index must be an int >= 0, got {index!r}."
+            )
+        self.close()
+        self._offset, self._index, self._done = offset, index, False
+
+    def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()

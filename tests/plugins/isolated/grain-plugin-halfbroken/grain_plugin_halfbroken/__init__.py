@@ -1,0 +1,1 @@
+"""Test-only plugin (see plugin.py)."""

@@ -1,0 +1,371 @@
+"""The chunk protocol (``DatasetIterator.next_chunk``) and chunked reading in ``to_iter_dataset``:
+exact states, exceptions part-way through a chunk, error context, slow elements, memory bounds."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import grain_core as grain
+
+SEEDS = range(int(os.environ.get("GRAIN_CORE_CHUNK_SEEDS", "12")))  # random pipelines per test
+SYNC = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+ALL_OPTIONS = [
+    SYNC,
+    grain.ReadOptions(num_threads=0),
+    grain.ReadOptions(num_threads=2, prefetch_buffer_size=0),
+    grain.ReadOptions(num_threads=2, prefetch_buffer_size=1),
+    grain.ReadOptions(num_threads=2, prefetch_buffer_size=7),
+    grain.ReadOptions(),
+]
+
+
+class CountingSource:
+    """A source recording every bulk read (its indices) and the highest index asked for."""
+
+    def __init__(self, n: int, make=lambda i: i):
+        self._n, self._make = n, make
+        self.calls: list[list[int]] = []
+        self.max_stop = 0
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return self._n
+
+    def __getitem__(self, i):
+        return self._make(i)
+
+    def __getitems__(self, indices):
+        idx = [int(i) for i in indices]
+        with self._lock:
+            self.calls.append(idx)
+            self.max_stop = max([self.max_stop, *(i + 1 for i in idx)])
+        return [self._make(i) for i in idx]
+
+
+def _pipeline(options):
+    return (
+        grain.MapDataset.range(300)
+        .to_iter_dataset(options)
+        .map(lambda x: x * 2)
+        .filter(lambda x: x % 3 != 0)
+        .random_map(lambda x, rng: x + int(rng.integers(10)), seed=3)
+        .map_with_index(lambda i, x: (i, x))
+    )
+
+
+@pytest.mark.parametrize("options", ALL_OPTIONS, ids=repr)
+def test_next_chunk_matches_next_and_states_are_exact(options):
+    expected = list(_pipeline(options))
+    it = iter(_pipeline(options))
+    got, states = [], []
+    sizes = [1, 5, 2, 64, 3]
+    try:
+        for k in range(10_000):
+            chunk = it.next_chunk(sizes[k % len(sizes)])
+            assert 1 <= len(chunk) <= sizes[k % len(sizes)]
+            got += chunk
+            states.append((len(got), it.get_state()))
+    except StopIteration:
+        pass
+    assert got == expected
+    for pos, state in states[::7]:
+        fresh = iter(_pipeline(options))
+        fresh.set_state(state)
+        assert list(fresh) == expected[pos:]
+
+
+def test_default_next_chunk_serves_third_party_iterators():
+    class Counter(grain.DatasetIterator):
+        def __init__(self):
+            super().__init__()
+            self.i = 0
+
+        def __next__(self):
+            if self.i >= 10:
+                raise StopIteration
+            self.i += 1
+            return self.i
+
+        def get_state(self):
+            return {"i": self.i}
+
+        def set_state(self, state):
+            self.i = state["i"]
+
+    class Counting(grain.IterDataset):
+        def __iter__(self):
+            return Counter()
+
+    it = iter(Counting().map(lambda x: -x).batch(4))
+    assert [b.tolist() for b in it] == [[-1, -2, -3, -4], [-5, -6, -7, -8], [-9, -10]]
+    c = Counter()
+    assert c.next_chunk(5) == [1]
+
+
+def test_zero_buffer_reads_chunks_not_single_elements():
+    src = CountingSource(5000)
+    assert list(grain.MapDataset.source(src).to_iter_dataset(SYNC)) == list(range(5000))
+    assert max(len(c) for c in src.calls) > 1
+    assert len(src.calls) < 5000
+
+
+def test_chunks_are_bounded_by_bytes():
+    big = CountingSource(40, lambda i: np.full(1 << 20, i % 256, dtype=np.uint8))  # 1 MiB each
+    for x, i in zip(grain.MapDataset.source(big).to_iter_dataset(SYNC), range(40)):
+        assert x[0] == i % 256
+    assert max(len(c) for c in big.calls) <= 4  # _CHUNK_BYTES is 4 MiB
+
+
+@pytest.mark.parametrize("buffer", [1, 5, 16])
+def test_read_ahead_never_exceeds_the_buffer(buffer):
+    src = CountingSource(400)
+    it = iter(
+        grain.MapDataset.source(src).to_iter_dataset(
+            grain.ReadOptions(num_threads=3, prefetch_buffer_size=buffer)
+        )
+    )
+    received = 0
+    for x in it:
+        received += 1
+        assert x == received - 1
+        # Everything read (or being read) is within `buffer` elements of the consumer: the
+        # unreturned rest of the current chunk counts.
+        assert src.max_stop <= received + buffer
+    assert received == 400
+
+
+class Boom(Exception):
+    pass
+
+
+def _failing_map(bad):
+    def f(x):
+        if x in bad:
+            raise Boom(f"bad element {x}")
+        return x * 10
+
+    return f
+
+
+@pytest.mark.parametrize("options", [SYNC, grain.ReadOptions()], ids=["sync", "default"])
+def test_iter_map_error_names_the_element_and_continuing_is_exact(options):
+    ds = grain.MapDataset.range(100).to_iter_dataset(options).map(_failing_map({37})).batch(8)
+    it = iter(ds)
+    got = []
+    with pytest.raises(Boom) as info:
+        while True:
+            got.append(next(it).tolist())
+    assert any("element #37" in n for n in info.value.__notes__), info.value.__notes__
+    assert any("MapIterDataset" in n for n in info.value.__notes__)
+    # As with element-wise reading, the batch being built is lost and the failing element is
+    # consumed; the state is exact: a fresh iterator restored to it continues identically.
+    state = it.get_state()
+    rest = [b.tolist() for b in it]
+    flat = [x for b in got + rest for x in b]
+    assert flat == [x * 10 for x in range(100) if not 32 <= x <= 37]
+    fresh = iter(ds)
+    fresh.set_state(state)
+    assert [b.tolist() for b in fresh] == rest
+
+
+def test_iter_map_error_in_a_chunk_delivers_the_elements_before_it():
+    ds = grain.MapDataset.range(50).to_iter_dataset(SYNC).map(_failing_map({20}))
+    it = iter(ds)
+    got = []
+    with pytest.raises(Boom) as info:
+        while True:
+            got += it.next_chunk(64)
+    assert got == [x * 10 for x in range(20)]
+    assert any("element #20" in n for n in info.value.__notes__)
+    assert list(it) == [x * 10 for x in range(21, 50)]
+
+
+def test_filter_error_names_the_element():
+    def keep(x):
+        if x == 12:
+            raise Boom("no")
+        return x % 2 == 0
+
+    it = iter(grain.MapDataset.range(30).to_iter_dataset(SYNC).filter(keep).batch(4))
+    with pytest.raises(Boom) as info:
+        list(it)
+    assert any("FilterIterDataset" in n and "element #12" in n for n in info.value.__notes__)
+
+
+def test_interrupt_inside_a_chunk_loses_nothing():
+    """A KeyboardInterrupt raised in the map function (Ctrl-C) leaves the iterator consistent:
+    continuing yields exactly the remaining elements, the interrupted one included."""
+    armed = {"on": True}
+
+    def f(x):
+        if x == 45 and armed["on"]:
+            armed["on"] = False
+            raise KeyboardInterrupt
+        return x + 1
+
+    ds = grain.MapDataset.range(100).to_iter_dataset(SYNC).map(f).filter(lambda x: x % 5).batch(6)
+    expected = [
+        b.tolist()
+        for b in grain.MapDataset.range(100)
+        .to_iter_dataset(SYNC)
+        .map(lambda x: x + 1)
+        .filter(lambda x: x % 5)
+        .batch(6)
+    ]
+    it = iter(ds)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        while True:
+            got.append(next(it).tolist())
+    got += [b.tolist() for b in it]
+    assert got == expected
+
+
+@pytest.mark.parametrize("threads", [0, 4])
+def test_map_dataset_error_names_the_index(threads):
+    ds = (
+        grain.MapDataset.range(64)
+        .map(_failing_map({29}))
+        .to_iter_dataset(grain.ReadOptions(num_threads=threads))
+    )
+    it = iter(ds)
+    got = []
+    with pytest.raises(Boom) as info:
+        for x in it:
+            got.append(x)
+    assert got == [x * 10 for x in range(29)]
+    assert any("index 29" in n for n in info.value.__notes__), info.value.__notes__
+
+
+def test_slow_element_does_not_hold_back_finished_earlier_ones():
+    """With threads, element 35 blocks until the consumer has received elements 0..34: a
+    pipeline that waited for element 35 before handing out the ones before it would never get
+    there (the guard timer releases it after 120 s and the test fails)."""
+    release = threading.Event()
+    guard = threading.Timer(120, release.set)
+    guard.daemon = True
+
+    def f(x):
+        if x == 35:
+            release.wait()
+        return x
+
+    ds = (
+        grain.MapDataset.range(100)
+        .map(f)
+        .to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=64))
+    )
+    it = iter(ds)
+    guard.start()
+    try:
+        got = [next(it) for _ in range(35)]
+        released_by_guard = release.is_set()
+        release.set()
+        got += list(it)
+    finally:
+        guard.cancel()
+        release.set()
+        it.close()
+    assert not released_by_guard, "elements 0..34 were held back behind the slow element 35"
+    assert got == list(range(100))
+
+
+class _Opaque(grain.IterDataset):
+    """Passes elements through one ``next()`` at a time (a third-party stage without the chunk
+    protocol): stages above it read element by element — the reference behaviour."""
+
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __iter__(self):
+        parent = iter(self.parents[0])
+
+        class It(grain.DatasetIterator):
+            def __next__(self):
+                return next(parent)
+
+            def get_state(self):
+                return parent.get_state()
+
+            def set_state(self, state):
+                parent.set_state(state)
+
+        return It(parent)
+
+
+def _run_collecting(it, limit=400):
+    """Everything ``it`` yields, with exceptions recorded in place (iteration continues)."""
+    out = []
+    for _ in range(limit):
+        try:
+            x = next(it)
+        except StopIteration:
+            break
+        except (Boom, KeyboardInterrupt) as e:
+            out.append(("raised", type(e).__name__))
+            continue
+        out.append(x.tolist() if isinstance(x, np.ndarray) else x)
+    return out
+
+
+def _random_pipeline(seed, opaque, bad=(), stop=()):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 120))
+    m = int(rng.integers(2, 5))
+    bs = int(rng.integers(1, 7))
+    opts = ALL_OPTIONS[seed % len(ALL_OPTIONS)]
+    bad = {b % n for b in bad}
+    armed = {x % n for x in stop}
+    calls = {"map": [], "filter": []}
+
+    def f(x):
+        calls["map"].append(x)
+        if x in bad:
+            raise Boom(x)
+        if x in armed:
+            armed.discard(x)
+            raise KeyboardInterrupt
+        return x * 3
+
+    def keep(x):
+        calls["filter"].append(x)
+        return x % m != 0
+
+    ds = grain.MapDataset.range(n).to_iter_dataset(opts)
+    if opaque:
+        ds = _Opaque(ds)
+    ds = ds.map(f)
+    if opaque:
+        ds = _Opaque(ds)
+    ds = ds.filter(keep)
+    if opaque:
+        ds = _Opaque(ds)
+    return ds.map_with_index(lambda i, x: x + 1000 * i).batch(bs), calls
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_chunked_stages_match_element_wise_reading_with_errors(seed):
+    """Random map -> filter -> map_with_index -> batch pipelines with failing elements give the
+    same outputs and errors, in the same order, and call every user function exactly as often,
+    whether the stages pass chunks or single elements."""
+    bad = np.random.default_rng(100 + seed).integers(0, 1000, size=seed % 4).tolist()
+    ref_ds, ref_calls = _random_pipeline(seed, True, bad=bad)
+    got_ds, got_calls = _random_pipeline(seed, False, bad=bad)
+    assert _run_collecting(iter(got_ds)) == _run_collecting(iter(ref_ds))
+    assert sorted(got_calls["filter"]) == sorted(ref_calls["filter"])
+    assert sorted(got_calls["map"]) == sorted(ref_calls["map"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_interrupts_anywhere_lose_nothing(seed):
+    """KeyboardInterrupts raised by the map function at random elements: continuing the same
+    iterator after each gives exactly the batches of an uninterrupted run."""
+    stop = np.random.default_rng(200 + seed).integers(0, 1000, size=1 + seed % 3).tolist()
+    clean, _ = _random_pipeline(seed, False)
+    got_ds, _ = _random_pipeline(seed, False, stop=stop)
+    got = [x for x in _run_collecting(iter(got_ds)) if x != ("raised", "KeyboardInterrupt")]
+    assert got == _run_collecting(iter(clean))
