@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,12 @@ class MixSelection:
     def __init__(self, proportions: Sequence[int]):
         self.proportions = tuple(int(p) for p in proportions)
         self.total = sum(self.proportions)
+
+    @functools.cached_property
+    def order(self) -> list[int]:
+        """The dataset of each position of one period: the selection repeats every ``total``
+        positions (each dataset ``d`` is chosen ``p_d`` times per period)."""
+        return self.locate_many(np.arange(self.total, dtype=np.int64))[0].tolist()
 
     def locate(self, k: int) -> tuple[int, int]:
         """Returns ``(dataset, index within it)`` of mixed position ``k``."""
@@ -123,8 +130,8 @@ class MixedMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _fingerprint_fields(self):
-        return (self._pattern.proportions,)
+    def fingerprint_fields(self):
+        return {"proportions": list(self._pattern.proportions)}
 
     def _getitem(self, index):
         d, j = self._pattern.locate(index)

@@ -160,7 +160,9 @@ def build(spec: list[dict[str, Any]]) -> Any:
         elif op == "slice":
             ds = ds.slice(slice(st["start"], None, st["step"]))
         elif op == "map_mix":
-            ds = grain.MapDataset.mix([ds, build(st["other"])], weights=st["weights"])
+            other = build(st["other"])
+            if len(ds) and len(other):  # Grain (and grain_core) refuse to mix an empty dataset
+                ds = grain.MapDataset.mix([ds, other], weights=st["weights"])
         elif op == "to_iter":
             ds = ds.to_iter_dataset(
                 grain.ReadOptions(num_threads=st["threads"], prefetch_buffer_size=st["buffer"])
