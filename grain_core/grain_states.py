@@ -11,7 +11,8 @@ position, using the fresh iterator's own ``get_state()`` as the template, so eve
 call it when they are given a Grain state; nothing else needs to.
 
 A Grain state of a stage this module does not know raises :class:`StateMismatchError` naming the
-stage, and changes nothing.
+stage, and changes nothing; a source stage below the known ones receives the Grain state itself
+(so sources that read Grain's states, like ``TFRecordIterDataset``, restore them).
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
     if isinstance(ours.get("parent"), Mapping):
         # A stage whose Grain iterator saves its parent's state as its own (map, filter, batch).
         return {**ours, "parent": _translate(grain, ours["parent"], path)}
+    if "parent" not in ours and "parents" not in ours:
+        # A source stage that reads Grain's state itself (e.g. TFRecordIterDataset's
+        # ``{"reader_offset": n}``): hand it the Grain state; it accepts or refuses it.
+        return dict(grain)
     raise _unknown(grain, kind, path)
 
 
