@@ -74,6 +74,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "contracts",
         (
             "grain_core.state",
+            "grain_core.grain_states",
             "grain_core.seeds",
             "grain_core.options",
             "grain_core.sharding",

@@ -627,7 +627,12 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
             # (a user-written iterator whose own states have no kind keeps it as it is).
             template = self.get_state()
             if not _grain_states.is_grain_state(template):
-                state = _grain_states.from_grain_state(state, template)
+                try:
+                    state = _grain_states.from_grain_state(state, template)
+                except _state.StateMismatchError:
+                    # Not a shape grain_states knows: stages that read Grain states themselves
+                    # (ElasticIterator, ...) get it as it is; the others refuse it below.
+                    pass
         if getattr(_rollback, "armed", False):
             set_state(self, state)
             return

@@ -101,7 +101,7 @@ class WindowShuffleMapDataset(OneParentMapDataset):
             raise IndexError("Cannot read from an empty dataset.")
         if not self._clip:
             window, local = divmod(index, self._window)
-            return self._parent._getitem(window * self._window + self._perm(0, window)(local))
+            return self._parent.element_at(window * self._window + self._perm(0, window)(local))
         epoch, j = divmod(index, n)
         window, local = divmod(j, self._window)
         return self._parent.element_at(
