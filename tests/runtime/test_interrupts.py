@@ -175,7 +175,11 @@ def test_dataloader_with_interrupts_at_the_blocking_point(monkeypatch):
         worker_count=2,
     )
     out = _drain_with_injected(iter(loader), injected)
-    assert np.concatenate(out).tolist() == list(range(n))
+    # Grain's order: worker w batches positions w, w + 2, ...; batches come from the workers in turn
+    per_worker = [list(range(w, n, 2)) for w in range(2)]
+    batches = [[p[i : i + 7] for i in range(0, len(p), 7)] for p in per_worker]
+    expected = [b[k] for k in range(max(map(len, batches))) for b in batches if k < len(b)]
+    assert [np.asarray(b).tolist() for b in out] == expected
 
 
 def test_thread_prefetch_with_interrupts_at_the_blocking_point(monkeypatch):
