@@ -479,7 +479,7 @@ class DataLoaderIterator:
                     f"DataLoaderIterator.set_state expects the bytes returned by get_state(): {e}"
                 ) from e
         if _grain_states.is_grain_dataloader_state(state):
-            self._set_grain_state(state)
+            self._set_grain_state(state)  # type: ignore[arg-type]
             return
         _state.expect_state(
             state,
@@ -527,6 +527,7 @@ class DataLoaderIterator:
             position = -(-position // loader._map_batch_size)
         if self._it is None:
             self._open()
+        assert self._it is not None
         self._it.set_state({"next_index": position})
 
     def start_prefetch(self) -> None:

@@ -158,6 +158,9 @@ class ElementRngs:
     """
 
     def __init__(self, seed: int):
+        self._setup(seed)
+
+    def _setup(self, seed: int) -> None:
         self._seed = int(seed)
         self._key = np.array(_philox_key(self._seed), dtype=np.uint64)
         self._local = threading.local()
@@ -166,7 +169,7 @@ class ElementRngs:
         return {"seed": self._seed}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["seed"])
+        self._setup(state["seed"])
 
     def __call__(self, index: int, op_seed: int = 0) -> np.random.Generator:
         local = self._local
@@ -259,6 +262,12 @@ class IndexShuffle:
     # The cipher, on Python ints and on uint64 arrays alike.
     def _encrypt(self, x: Any) -> Any:
         w = self._half
+        mask: Any
+        one: Any
+        two: Any
+        eight: Any
+        ww: Any
+        keys: list[Any]
         if isinstance(x, np.ndarray):
             mask, one, two, eight, ww = (np.uint64(v) for v in ((1 << w) - 1, 1, 2, 8, w))
             keys = [np.uint64(k & ((1 << w) - 1)) for k in self._keys]
