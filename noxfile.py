@@ -4,8 +4,9 @@ under ``plugins/``, ``example-plugin``, ``integration`` (everything installed to
 install command in a fresh venv), ``build`` (sdists and wheels of every distribution, ``twine
 check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``, ``train-e2e``.
 
-Each plugin session installs the kernel and only that plugin with its own declared extras, so a
-plugin that forgot to declare a dependency fails its session.
+Each plugin session installs the kernel, the range plugin (the tests' input source), the
+first-party plugins it declares, and that plugin with its own declared extras, so a plugin that
+forgot to declare a dependency fails its session.
 
 Virtual environments are reused (``nox.options.reuse_venv = "yes"``), and :func:`_install` skips
 installing when a stamp in the venv says the same packages were installed from the same
@@ -121,10 +122,30 @@ def tests(session: nox.Session) -> None:
     )
 
 
+def _first_party_requirements(plugin: str) -> list[str]:
+    """The ``grain-plugin-*`` distributions of this checkout that ``plugin`` depends on (they are
+    not on the package index yet, so they are installed from their folders)."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "plugins" / plugin / "pyproject.toml").read_text())["project"]
+    names = [*meta.get("dependencies", []), *meta.get("optional-dependencies", {}).get("test", [])]
+    found = []
+    for requirement in names:
+        name = requirement.split(";")[0].split("[")[0]
+        for op in "<>=!~ ":
+            name = name.split(op)[0]
+        if name in PLUGINS and name != plugin:
+            found.append(name)
+    return found
+
+
 def _plugin_session(plugin: str):
     def run(session: nox.Session) -> None:
         path = ROOT / "plugins" / plugin
-        _install(session, "-e", f"{ROOT}[test]", "-e", f"{path}[test]")
+        # The range plugin is every plugin test's input source (MapDataset.range).
+        extra = sorted({"grain-plugin-range", *_first_party_requirements(plugin)} - {plugin})
+        args = sum((["-e", str(ROOT / "plugins" / name)] for name in extra), [])
+        _install(session, "-e", f"{ROOT}[test]", *args, "-e", f"{path}[test]")
         session.run(*PYTEST, str(path / "tests"), *session.posargs)
 
     run.__doc__ = f"Tests of {plugin}, installed alone with the kernel."

@@ -165,14 +165,6 @@ def test_loaded_plugin_lacking_a_name_is_told_to_upgrade_not_install(fresh_plugi
     assert "pip install -U grain-plugin-testdummy" in message
 
 
-def test_name_looked_up_in_the_wrong_namespace_says_where_it_is(fresh_plugins):
-    with pytest.raises(AttributeError) as raised:
-        grain.sources.InterleaveIterDataset  # noqa: B018
-    message = str(raised.value)
-    assert "grain-plugin-interleave provides it as grain_core.experimental.InterleaveIterDataset" in message
-    assert "install" not in message
-
-
 def test_not_installed_plugin_gets_the_install_hint(fresh_plugins, monkeypatch):
     monkeypatch.setitem(registry.KNOWN_PROVIDERS, "HoloDataSource", "grain-plugin-holo")
     with pytest.raises(AttributeError, match="install it: pip install grain-plugin-holo"):

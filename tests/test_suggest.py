@@ -22,7 +22,6 @@ def test_did_you_mean_picks_the_closest_public_name():
 @pytest.mark.parametrize(
     "get, suggestion",
     [
-        (lambda: grain.experimental.WindowShuffleIterDatset, "WindowShuffleIterDataset"),
         (lambda: grain.experimental.devce_put, "device_put"),
         (lambda: grain.sources.RangeDataSorce, "RangeDataSource"),
         (lambda: grain.Mapdataset, "MapDataset"),

@@ -88,7 +88,10 @@ def two_node_cluster():
     }
     env.pop("RAY_ADDRESS", None)
     port = free_port()
-    common = ["--block", "--num-cpus", "1", "--temp-dir", tmp, "--disable-usage-stats"]
+    common = [
+        "--block", "--num-cpus", "1", "--temp-dir", tmp, "--disable-usage-stats",
+        "--node-ip-address", "127.0.0.1",
+    ]
     head = [
         *ray_cli(), "start", "--head", "--port", str(port), "--include-dashboard=false",
         "--ray-client-server-port", str(free_port()), "--resources", '{"head_node": 1}', *common,

@@ -2,7 +2,7 @@
 
 Run it with Grain installed (never by the test suite, which must not need Grain):
 
-    /tmp/grainvenv/bin/python tests/compat_semantics/record_grain.py
+    /tmp/grainvenv/bin/python tests/integration/compat_semantics/record_grain.py
 
 Each case is a Python expression over a module named ``grain`` (plus ``np``); the recorded file
 holds the expression and what Grain produced, so ``test_recorded_grain.py`` evaluates the same
@@ -50,7 +50,7 @@ def main() -> None:
             recorded.append({"code": code, **result})
         payload = {
             "recorded_from": f"google grain {version} (pip package 'grain')",
-            "recorder": "tests/compat_semantics/record_grain.py",
+            "recorder": "tests/integration/compat_semantics/record_grain.py",
             "cases": recorded,
         }
         (out_dir / f"{group}.json").write_text(json.dumps(payload, indent=1) + "\n")
