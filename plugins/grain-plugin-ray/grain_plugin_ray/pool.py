@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from grain_core.runtime.api import WorkerLostError
 
-if TYPE_CHECKING:
-    from grain_plugin_ray.runtime import RayRuntime
+
+class PlacementSettings(Protocol):
+    """What the pool reads of its ``RayRuntime`` (kept as a protocol so that this module does not
+    import ``runtime``, which imports it)."""
+
+    start_timeout_s: float
+    num_cpus: float
+    resources: Mapping[str, float]
 
 __all__ = ["RayChannel", "RayWorkerPool"]
 
@@ -150,7 +157,7 @@ class RayWorkerPool:
     """``job.worker_count`` :class:`~grain_plugin_ray.actor.WorkerActor` actors; see the module
     docstring."""
 
-    def __init__(self, runtime: RayRuntime, actors: list[Any], names: list[str]):
+    def __init__(self, runtime: PlacementSettings, actors: list[Any], names: list[str]):
         self.runtime = runtime
         self.closed = False
         self.started = time.monotonic()
