@@ -10,7 +10,6 @@ elements with the uninterrupted list.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -19,10 +18,9 @@ import pytest
 
 import grain_core as grain
 from grain_core.runtime import processes, thread_prefetch
+from grain_core.testing import Injector, drain_with_injected, drain_with_interrupts
 
 pytestmark = pytest.mark.timeout(300)
-
-_GRAIN_DIR = os.path.dirname(grain.__file__) + os.sep
 
 
 def _work(x):
@@ -36,80 +34,6 @@ def _ds(n):
     return grain.MapDataset.range(n).map(_work).to_iter_dataset()
 
 
-class _Interrupter:
-    """A real interval timer whose handler raises KeyboardInterrupt when the main thread is in
-    grain_core code, at most once per armed ``next()`` call."""
-
-    def __init__(self, interval=0.0003):
-        self.interval = interval
-        self.armed = False
-        self.raised = 0
-
-    def _handler(self, signum, frame):
-        if self.armed and frame is not None and frame.f_code.co_filename.startswith(_GRAIN_DIR):
-            self.armed = False
-            self.raised += 1
-            raise KeyboardInterrupt
-
-    def __enter__(self):
-        self.old = signal.signal(signal.SIGALRM, self._handler)
-        signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
-        return self
-
-    def __exit__(self, *exc):
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, self.old)
-
-
-def _drain_with_signals(it):
-    out = []
-    with _Interrupter() as intr:
-        while True:
-            intr.armed = True
-            try:
-                x = next(it)
-            except KeyboardInterrupt:
-                continue
-            except StopIteration:
-                break
-            finally:
-                intr.armed = False
-            out.append(x)
-    return out, intr.raised
-
-
-def _drain_with_injected(it, interrupts):
-    out = []
-    while True:
-        try:
-            x = next(it)
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            break
-        out.append(x)
-    assert interrupts.count > 0
-    return out
-
-
-class _Injector:
-    """Wraps a blocking function: every ``every``-th call raises KeyboardInterrupt first."""
-
-    def __init__(self, monkeypatch, owner, name, every=3):
-        self.count = 0
-        self.calls = 0
-        orig = getattr(owner, name)
-
-        def wrapper(*args, **kwargs):
-            self.calls += 1
-            if self.calls % every == 0:
-                self.count += 1
-                raise KeyboardInterrupt
-            return orig(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, wrapper)
-
-
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 @pytest.mark.parametrize("buffer", [1, 8])
 def test_mp_prefetch_survives_real_interrupts(buffer):
@@ -118,7 +42,7 @@ def test_mp_prefetch_survives_real_interrupts(buffer):
         grain.MultiprocessingOptions(num_workers=2, per_worker_buffer_size=buffer)
     )
     with iter(ds) as it:
-        out, raised = _drain_with_signals(it)
+        out, raised = drain_with_interrupts(it)
         state = it.get_state()
     assert raised > 0
     assert out == list(range(n))
@@ -133,7 +57,7 @@ def test_thread_prefetch_survives_real_interrupts():
     ds = grain.experimental.ThreadPrefetchIterDataset(_ds(n), prefetch_buffer_size=3)
     it = iter(ds)
     try:
-        out, raised = _drain_with_signals(it)
+        out, raised = drain_with_interrupts(it)
     finally:
         it.close()
     assert raised > 0
@@ -151,21 +75,19 @@ def test_dataloader_survives_real_interrupts():
         worker_count=2,
     )
     it = iter(loader)
-    out, raised = _drain_with_signals(it)
+    out, raised = drain_with_interrupts(it)
     assert raised > 0
     assert [int(x) for x in out] == list(range(n))
 
 
-def test_mp_prefetch_with_interrupts_at_the_blocking_point(monkeypatch):
-    injected = _Injector(monkeypatch, processes.ProcessPool, "wait_ready", every=2)
+def test_mp_prefetch_with_interrupts_at_the_blocking_point():
     n = 400
     ds = _ds(n).mp_prefetch(grain.MultiprocessingOptions(num_workers=3, per_worker_buffer_size=1))
-    with iter(ds) as it:
-        assert _drain_with_injected(it, injected) == list(range(n))
+    with Injector(processes.ProcessPool, "wait_ready", every=2) as injected, iter(ds) as it:
+        assert drain_with_injected(it, injected) == list(range(n))
 
 
-def test_dataloader_with_interrupts_at_the_blocking_point(monkeypatch):
-    injected = _Injector(monkeypatch, processes.ProcessPool, "wait_ready", every=2)
+def test_dataloader_with_interrupts_at_the_blocking_point():
     n = 300
     loader = grain.DataLoader(
         data_source=grain.sources.RangeDataSource(0, n, 1),
@@ -174,7 +96,8 @@ def test_dataloader_with_interrupts_at_the_blocking_point(monkeypatch):
         operations=[grain.transforms.Batch(batch_size=7)],
         worker_count=2,
     )
-    out = _drain_with_injected(iter(loader), injected)
+    with Injector(processes.ProcessPool, "wait_ready", every=2) as injected:
+        out = drain_with_injected(iter(loader), injected)
     # Grain's order: worker w batches positions w, w + 2, ...; batches come from the workers in turn
     per_worker = [list(range(w, n, 2)) for w in range(2)]
     batches = [[p[i : i + 7] for i in range(0, len(p), 7)] for p in per_worker]
@@ -182,26 +105,26 @@ def test_dataloader_with_interrupts_at_the_blocking_point(monkeypatch):
     assert [np.asarray(b).tolist() for b in out] == expected
 
 
-def test_thread_prefetch_with_interrupts_at_the_blocking_point(monkeypatch):
-    injected = _Injector(monkeypatch, thread_prefetch._Producer, "head", every=3)
+def test_thread_prefetch_with_interrupts_at_the_blocking_point():
     n = 500
     ds = grain.experimental.ThreadPrefetchIterDataset(_ds(n), prefetch_buffer_size=2)
     it = iter(ds)
     try:
-        assert _drain_with_injected(it, injected) == list(range(n))
+        with Injector(thread_prefetch._Producer, "head", every=3) as injected:
+            assert drain_with_injected(it, injected) == list(range(n))
     finally:
         it.close()
 
 
-def test_device_put_with_interrupts_at_the_blocking_point(monkeypatch):
+def test_device_put_with_interrupts_at_the_blocking_point():
     jax = pytest.importorskip("jax")
-    injected = _Injector(monkeypatch, thread_prefetch._Producer, "head", every=3)
     n = 200
     ds = grain.experimental.device_put(_ds(n), jax.devices()[0], cpu_buffer_size=3,
                                        device_buffer_size=2)
     it = iter(ds)
     try:
-        out = _drain_with_injected(it, injected)
+        with Injector(thread_prefetch._Producer, "head", every=3) as injected:
+            out = drain_with_injected(it, injected)
         state = it.get_state()
     finally:
         it.close()

@@ -1,0 +1,178 @@
+"""Ctrl-C checks for the conformance kit: does an iterator survive ``KeyboardInterrupt`` in ``next()``?
+
+A person who presses Ctrl-C while a notebook cell iterates a pipeline and then runs the cell again
+expects to continue where it stopped: no element lost, none repeated. These helpers test exactly
+that with real signals, and need nothing but the standard library:
+
+* :class:`Interrupter` — a real ``SIGALRM`` interval timer whose handler raises
+  ``KeyboardInterrupt`` when the main thread is executing code of the given packages (by default
+  grain_core's), at most once per armed ``next()`` call, as a person pressing Ctrl-C would;
+* :func:`drain_with_interrupts` — reads an iterator to its end under an :class:`Interrupter`,
+  calling ``next()`` again after every interrupt; returns the elements and how many interrupts
+  landed;
+* :class:`Injector` — makes every ``every``-th call of a named function (a blocking point: a queue
+  wait, a pool wait) raise ``KeyboardInterrupt`` before it runs: where a real Ctrl-C lands while the
+  consumer waits, deterministically;
+* :func:`drain_with_injected` — reads an iterator to its end, continuing after every injected
+  interrupt.
+
+Compare the elements with an uninterrupted run; no check depends on timing. POSIX only (interval
+timers); the main thread must call these.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import types
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import grain_core
+
+_MISSING = object()
+_HERE = __file__
+
+__all__ = ["Injector", "Interrupter", "drain_with_injected", "drain_with_interrupts"]
+
+
+def _package_dirs(packages: Iterable[types.ModuleType | str]) -> tuple[str, ...]:
+    dirs = []
+    for p in packages:
+        path = p if isinstance(p, str) else os.path.dirname(p.__file__ or "")
+        if not path:
+            raise ValueError(f"Interrupter: cannot tell where package {p!r} lives.")
+        dirs.append(os.path.join(os.path.abspath(path), ""))
+    return tuple(dirs)
+
+
+class Interrupter:
+    """A real interval timer raising ``KeyboardInterrupt`` inside the code of ``packages``.
+
+    Use as a context manager (it installs a ``SIGALRM`` handler and an ``ITIMER_REAL`` timer of
+    ``interval`` seconds, and puts both back on exit). While :attr:`armed` is true, the first timer
+    signal that arrives while the main thread executes a file under one of ``packages`` (modules or
+    directory paths; default: ``grain_core``) raises ``KeyboardInterrupt`` there and disarms the
+    interrupter; :attr:`raised` counts them. Arm it around each ``next()`` call.
+    """
+
+    def __init__(
+        self,
+        packages: Iterable[types.ModuleType | str] = (grain_core,),
+        interval: float = 0.0003,
+    ):
+        if not hasattr(signal, "setitimer"):
+            raise RuntimeError("Interrupter needs POSIX interval timers (signal.setitimer).")
+        if not interval > 0:
+            raise ValueError(f"Interrupter: interval must be > 0 seconds, got {interval!r}.")
+        self.dirs = _package_dirs(packages)
+        self.interval = float(interval)
+        self.armed = False
+        self.raised = 0
+        self._old: Any = None
+
+    def _handler(self, signum: int, frame: types.FrameType | None) -> None:
+        if (
+            self.armed
+            and frame is not None
+            and frame.f_code.co_filename.startswith(self.dirs)
+            and frame.f_code.co_filename != _HERE  # never in the harness's own loop
+        ):
+            self.armed = False
+            self.raised += 1
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> Interrupter:
+        self._old = signal.signal(signal.SIGALRM, self._handler)
+        signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, self._old)
+
+
+def drain_with_interrupts(
+    it: Iterator[Any],
+    packages: Iterable[types.ModuleType | str] = (grain_core,),
+    interval: float = 0.0003,
+    max_interrupts: int | None = None,
+) -> tuple[list[Any], int]:
+    """Reads ``it`` to its end under an :class:`Interrupter`, calling ``next()`` again after each
+    ``KeyboardInterrupt``; returns ``(elements, number of interrupts)``.
+
+    ``max_interrupts`` stops arming the interrupter after that many (default: no limit).
+    """
+    out: list[Any] = []
+    with Interrupter(packages, interval) as intr:
+        while True:
+            intr.armed = max_interrupts is None or intr.raised < max_interrupts
+            try:
+                x = next(it)
+            except KeyboardInterrupt:
+                continue
+            except StopIteration:
+                break
+            finally:
+                intr.armed = False
+            out.append(x)
+    return out, intr.raised
+
+
+class Injector:
+    """Makes every ``every``-th call of ``owner.name`` raise ``KeyboardInterrupt`` before running.
+
+    A context manager: the attribute is replaced on enter and put back on exit. :attr:`calls`
+    counts the calls, :attr:`count` the interrupts raised. ``owner`` is a class or module whose
+    function the consumer calls where it blocks.
+    """
+
+    def __init__(self, owner: Any, name: str, every: int = 3):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"Injector: every must be an int >= 1, got {every!r}.")
+        self.owner, self.name, self.every = owner, name, every
+        self.count = 0
+        self.calls = 0
+        self._orig: Any = None
+
+    def __enter__(self) -> Injector:
+        # What to put back: the attribute as the owner itself holds it (a class may inherit it).
+        own = vars(self.owner) if hasattr(self.owner, "__dict__") else {}
+        self._orig = own.get(self.name, _MISSING)
+        fn = getattr(self.owner, self.name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            if self.calls % self.every == 0:
+                self.count += 1
+                raise KeyboardInterrupt
+            return fn(*args, **kwargs)
+
+        setattr(self.owner, self.name, wrapper)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._orig is _MISSING:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self._orig)
+
+
+def drain_with_injected(it: Iterator[Any], injector: Injector) -> list[Any]:
+    """Reads ``it`` to its end, calling ``next()`` again after each ``KeyboardInterrupt``; checks
+    that ``injector`` raised at least one (else the blocking point was never reached)."""
+    out: list[Any] = []
+    while True:
+        try:
+            x = next(it)
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            break
+        out.append(x)
+    if injector.count == 0:
+        raise AssertionError(
+            f"{injector.name} was called {injector.calls} times and never interrupted: the test "
+            "does not reach the blocking point it means to interrupt."
+        )
+    return out
