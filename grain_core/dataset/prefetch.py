@@ -303,11 +303,6 @@ class PrefetchDatasetIterator(DatasetIterator):
             # Re-read one by one so the elements before the failing one are still delivered and
             # the error surfaces at the element that caused it.
             items, lazy = _LazyChunk(self._ds, start, stop), True
-        self._buffer.popleft()
-        if fut is not None and self._ramp is not None:
-            self._ramp *= 2
-            if self._ramp > 2 * self._read_options.num_threads:
-                self._ramp = None
         dense = True
         if not lazy:
             if items:
@@ -319,9 +314,16 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._filter_check.record(dropped, len(items), self._options)
         else:
             dense = self._allow_nones
+        # The commit: plain assignments and a `del` (no call, so no KeyboardInterrupt between
+        # them): the chunk moves from the buffer to `_current` at once or not at all.
         self._current, self._current_start, self._current_pos = items, start, 0
         self._current_dense = dense
         self._taken_from = 0
+        del self._buffer[0]
+        if fut is not None and self._ramp is not None:
+            self._ramp *= 2
+            if self._ramp > 2 * self._read_options.num_threads:
+                self._ramp = None
         if fut is None and self._cold:
             self._cold = False  # the pool starts at the next chunk, after this one is handed out
         elif not self._sync:
@@ -363,10 +365,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                     return [x]
                 stop = min(n, pos + max_elements)
                 out = cur[pos:stop]
-                self._taken_from, self._current_pos = pos, stop
-                if self._current_dense:
-                    return out
-                out = [x for x in out if x is not None]
+                if not self._current_dense:
+                    out = [x for x in out if x is not None]
+                self._taken_from, self._current_pos = pos, stop  # the commit
                 if out:
                     return out
                 continue

@@ -39,10 +39,16 @@ __all__ = ["Injector", "Interrupter", "drain_with_injected", "drain_with_interru
 def _package_dirs(packages: Iterable[types.ModuleType | str]) -> tuple[str, ...]:
     dirs = []
     for p in packages:
-        path = p if isinstance(p, str) else os.path.dirname(p.__file__ or "")
+        if isinstance(p, str):
+            dirs.append(os.path.join(os.path.abspath(p), ""))
+            continue
+        path = getattr(p, "__file__", None)
         if not path:
-            raise ValueError(f"Interrupter: cannot tell where package {p!r} lives.")
-        dirs.append(os.path.join(os.path.abspath(path), ""))
+            raise ValueError(f"Interrupter: cannot tell where module {p!r} lives.")
+        if hasattr(p, "__path__"):  # a package: every file under its directory
+            dirs.append(os.path.join(os.path.dirname(os.path.abspath(path)), ""))
+        else:  # a single-file module (``threading``: where a consumer waits)
+            dirs.append(os.path.abspath(path))
     return tuple(dirs)
 
 
@@ -51,7 +57,8 @@ class Interrupter:
 
     Use as a context manager (it installs a ``SIGALRM`` handler and an ``ITIMER_REAL`` timer of
     ``interval`` seconds, and puts both back on exit). While :attr:`armed` is true, the first timer
-    signal that arrives while the main thread executes a file under one of ``packages`` (modules or
+    signal that arrives while the main thread executes a file of one of ``packages`` (packages: every
+    file under their directory; single-file modules such as ``threading``, to interrupt waits too;
     directory paths; default: ``grain_core``) raises ``KeyboardInterrupt`` there and disarms the
     interrupter; :attr:`raised` counts them. Arm it around each ``next()`` call.
     """

@@ -184,7 +184,9 @@ def build(spec: list[dict[str, Any]]) -> Any:
         elif op == "interleave":
             sub = json.dumps(st["sub"])
             ds = _optional("interleave")(
-                grain.MapDataset.range(st["n"]).map(SubPipeline(sub)), cycle_length=st["cycle"]
+                grain.MapDataset.range(st["n"]).map(SubPipeline(sub)),
+                cycle_length=st["cycle"],
+                iter_buffer_size=st.get("buffer", 0),
             )
         elif op == "window_shuffle_map":
             ds = _optional("window_shuffle_map")(ds, window_size=st["window"], seed=st["seed"])
@@ -334,6 +336,7 @@ def strategies(optional: Iterable[str] = ()) -> Any:
                     "op": "interleave",
                     "n": draw(st.integers(1, 4)),
                     "cycle": draw(st.integers(1, 3)),
+                    "buffer": draw(st.sampled_from([0, 0, 2])),  # reader threads, read-ahead 2
                     "sub": sub,
                 }
             ]

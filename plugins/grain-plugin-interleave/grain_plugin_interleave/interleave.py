@@ -12,47 +12,44 @@ Background work (off by default; neither changes the order nor the states):
 
 * ``num_make_iter_threads > 0``: the next ``make_iter_buffer_size`` datasets' iterators are created
   ahead in that many threads (useful when opening a file is slow).
-* ``iter_buffer_size > 0``: every open iterator is read ahead in its own thread into a queue of that
-  many elements, each stored with the iterator state after it, so checkpoints stay exact. Errors
-  raised by a dataset are re-raised in the consumer.
+* ``iter_buffer_size > 0``: every open iterator is read ahead in its own thread into a buffer of
+  that many elements, each stored with the iterator state after it, so checkpoints stay exact.
+  Errors raised by a dataset are re-raised in the consumer.
 
-``close()`` stops every thread; an iterator garbage collected without ``close()`` is cleaned up by a
-``weakref.finalize`` the same way.
+Chunks: ``next_chunk(n)`` takes the round-robin's next ``n`` positions at once, asking each open
+dataset once for all its elements among them (``next_chunk`` of its iterator, or what its reader
+thread has ready) and returning the longest prefix every dataset delivered; what a dataset
+delivered beyond it is given back. Opening, exhausting and reading datasets that cannot give
+elements back go through the element path, so the order is Grain's either way.
+
+Interrupts: a ``KeyboardInterrupt`` (or any exception raised into ``next()``) while the consumer
+waits on a reader thread or an opening thread leaves the iterator as it was: every call first
+computes what it returns without changing anything, then commits it in one assignment (a journal
+entry applied at the start of the next call, by ``get_state`` and by ``close``), and elements are
+removed from a reader's buffer only once a later call sees them committed. An interrupt after a
+dataset's iterator returned elements but before the commit gives them back to it (or holds them,
+with the state before them, for iterators that cannot move back). ``close()`` stops every thread;
+an iterator garbage collected without ``close()`` is cleaned up by a ``weakref.finalize`` the same
+way.
 """
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import grain_core as grain
 from grain_core import state as _state
+from grain_core.dataset.chunking import can_unread, unread
 from grain_core.dataset.sharing import claim_worker_share, no_worker_share
 from grain_core.state import StateField
 from grain_core.validation import check_int
 
 __all__ = ["InterleaveIterDataset"]
 
-
-
-class _End:
-    """Queued by a reader thread when its iterator is exhausted."""
-
-
-class _Failed:
-    """Queued by a reader thread when its iterator raised; the consumer re-raises ``error``."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
-_END = _End()
 
 
 def _non_negative(value: Any, name: str, positive: bool = False) -> int:
@@ -149,116 +146,294 @@ class InterleaveIterDataset(grain.IterDataset):
         return f"InterleaveIterDataset(num_datasets={self._n}, cycle_length={self._cycle})"
 
 
-class _Reader:
-    """Reads an iterator ahead in a thread, queueing ``(element, state after it)`` pairs.
+class _Item:
+    """An element read ahead by a reader thread: its number, value and the iterator state after it."""
 
-    The end of the iterator and errors are queued as ``_End`` / ``_Failed`` objects, which no
-    element can be mistaken for. ``stop()`` ends the thread and joins it.
+    __slots__ = ("seq", "state", "value")
+
+    def __init__(self, seq: int, value: Any, state: Any):
+        self.seq, self.value, self.state = seq, value, state
+
+
+class _End:
+    """Queued by a reader thread when its iterator is exhausted."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq: int):
+        self.seq = seq
+
+
+class _Failed:
+    """Queued by a reader thread when its iterator raised; the consumer re-raises ``error``."""
+
+    __slots__ = ("error", "seq")
+
+    def __init__(self, seq: int, error: BaseException):
+        self.seq, self.error = seq, error
+
+
+class _Wake:
+    """A wake-up signal between threads: a raw lock used as a binary semaphore.
+
+    The consumer side of interleave takes no ``threading.Condition`` / ``Event`` / ``Queue`` lock: a
+    ``KeyboardInterrupt`` landing inside their Python code can leave their lock held, and the
+    other thread then blocks forever. ``set`` and ``wait`` are single C calls; every wait has a
+    timeout, so a lost wake-up costs a short delay, never a hang.
     """
 
-    def __init__(self, it: grain.DatasetIterator, size: int):
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        try:
+            self._lock.release()
+        except RuntimeError:  # already set
+            pass
+
+    def wait(self, timeout: float) -> None:
+        self._lock.acquire(timeout=timeout)
+
+
+class _Reader:
+    """Reads an iterator ahead in a thread into a buffer of ``_Item`` / ``_End`` / ``_Failed``.
+
+    The consumer never removes anything while it decides: it reads the buffer (:meth:`peek`) and
+    commits what it took by assigning :attr:`mark` ``(seq, state after it)`` of the last item taken;
+    items up to the mark are dropped at its next :meth:`peek`. Only the consumer removes items
+    (from the left) and only the thread appends, so neither needs a lock. The thread keeps at most
+    ``size`` items past the mark. ``stop()`` ends the thread and joins it. Idempotent.
+    """
+
+    def __init__(self, it: grain.DatasetIterator, size: int, state: Any):
         self._it = it
-        self._queue: queue.Queue = queue.Queue(maxsize=size)
-        self._stop = threading.Event()
+        self._size = size
+        self._buffer: collections.deque = collections.deque()
+        self._ready = _Wake()  # set by the thread after each item
+        self._space = _Wake()  # set by the consumer when it dropped items, and by stop()
+        self.mark: tuple[int, Any] = (-1, state)
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, daemon=True, name="interleave-reader")
+
+    def start(self) -> None:
         self._thread.start()
 
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _push(self, item: Any) -> None:
+        self._buffer.append(item)
+        self._ready.set()
 
     def _run(self) -> None:
-        it = self._it
+        it, seq = self._it, 0
         try:
-            while not self._stop.is_set():
+            while True:
+                while not self._stopped and seq - 1 - self.mark[0] >= self._size:
+                    self._space.wait(0.05)
+                if self._stopped:
+                    return
                 try:
                     x = next(it)
                 except StopIteration:
-                    self._put(_END)
+                    self._push(_End(seq))
                     return
-                if not self._put((x, it.get_state())):
-                    return
+                self._push(_Item(seq, x, it.get_state()))
+                seq += 1
         except BaseException as e:  # re-raised in the consumer
-            self._put(_Failed(e))
+            self._push(_Failed(seq, e))
 
-    def get(self) -> tuple[Any, Any]:
-        item = self._queue.get()
-        if isinstance(item, _End):
-            self._queue.put(_END)
-            raise StopIteration
-        if isinstance(item, _Failed):
-            raise item.error
-        return item
+    def peek(self, n: int, wait: bool) -> list[Any]:
+        """Up to ``n`` items after the mark (waiting for one if ``wait``); an ``_End`` or
+        ``_Failed`` can only be the last. Changes nothing the consumer could lose."""
+        buf, mark = self._buffer, self.mark[0]
+        if buf and buf[0].seq <= mark:
+            while buf and buf[0].seq <= mark:
+                del buf[0]
+            self._space.set()
+        while wait and not buf:
+            self._ready.wait(0.05)
+        out = [buf[i] for i in range(min(n, len(buf)))]
+        for i, item in enumerate(out):
+            if not isinstance(item, _Item):
+                return out[: i + 1]
+        return out
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._stopped = True
+        self._space.set()
+        try:
+            self._thread.join()
+        except RuntimeError:  # never started (or its start was interrupted: it sees _stopped)
+            pass
+
+
+class _Openers:
+    """Threads opening the iterators of upcoming datasets ahead (``num_make_iter_threads``).
+
+    ``submit(index)`` queues an index; ``take(index)`` waits for its iterator (or re-raises what
+    opening it raised) and removes it, so an interrupted wait changes nothing. Lock-free on the
+    consumer side like :class:`_Reader`. ``stop()`` ends the threads, joins them and closes every
+    iterator opened but not taken; one finished after ``stop`` is closed by its thread.
+    """
+
+    def __init__(self, open_fn: Any, threads: int):
+        self._open = open_fn
+        self._todo: collections.deque = collections.deque()
+        self._queued: set[int] = set()
+        self._results: dict[int, tuple[bool, Any]] = {}
+        self._work, self._done = _Wake(), _Wake()
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._run, daemon=True, name="interleave-open")
+            for _ in range(threads)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            if t.ident is None:
+                t.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            try:
+                index = self._todo.popleft()
+            except IndexError:
+                self._work.wait(0.05)
+                continue
+            try:
+                result: tuple[bool, Any] = (True, self._open(index))
+            except BaseException as e:
+                result = (False, e)
+            if self._stopped or index not in self._queued:  # stopped, or dropped meanwhile
+                if result[0]:
+                    result[1].close()
+                continue
+            self._results[index] = result
+            self._done.set()
+            self._work.set()  # pass the wake-up on to another thread if more is queued
+
+    def has(self, index: int) -> bool:
+        return index in self._queued
+
+    def submit(self, index: int) -> None:
+        self._todo.append(index)
+        self._queued.add(index)
+        self._work.set()
+
+    def take(self, index: int) -> grain.DatasetIterator:
+        """Waits for ``index``'s iterator; it stays here until :meth:`forget` (an interrupt before
+        the caller stored it loses nothing: the next ``take`` returns it again)."""
+        results = self._results
+        while index not in results:
+            self._done.wait(0.05)
+        ok, value = results[index]
+        if not ok:
+            self.forget(index)  # opened again next time
+            raise value
+        return value
+
+    def forget(self, index: int) -> None:
+        self._results.pop(index, None)
+        self._queued.discard(index)
+
+    def drop(self) -> None:
+        """Forgets every queued index and closes the iterators opened ahead."""
+        self._todo.clear()
+        self._queued.clear()
+        for index in list(self._results):
+            ok, value = self._results.pop(index)
+            if ok:
+                value.close()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._work.set()
+        for t in self._threads:
+            self._work.set()
+            try:
+                t.join()
+            except RuntimeError:  # never started
+                pass
+        self.drop()
 
 
 class _Slot:
-    """One open dataset: its index, iterator and (with read-ahead) the state after what was taken."""
+    """One open dataset: its index, iterator and reader thread (with read-ahead), and the element
+    it holds given back (for iterators that cannot move back), with the state before it."""
 
-    __slots__ = ("index", "it", "reader", "state")
+    __slots__ = ("can_unread", "held", "held_state", "index", "it", "reader")
 
     def __init__(self, index: int, it: grain.DatasetIterator):
         self.index = index
         self.it = it
+        self.can_unread = can_unread(it)
+        self.held: list[Any] = []
+        self.held_state: Any = None
         self.reader: _Reader | None = None
-        self.state: Any = None
 
-    def next(self, buffer: int) -> Any:
-        if not buffer:
-            return next(self.it)
-        if self.reader is None:
-            self.state = self.it.get_state()
-            self.reader = _Reader(self.it, buffer)
-        x, self.state = self.reader.get()
-        return x
+    def start_reader(self, buffer: int) -> None:
+        """Starts reading ahead ``buffer`` elements in a thread (stopped by :meth:`close`)."""
+        reader = _Reader(self.it, buffer, self.it.get_state())
+        self.reader = reader
+        reader.start()
 
     def get_state(self) -> Any:
-        return self.it.get_state() if self.reader is None else self.state
+        if self.reader is not None:
+            return self.reader.mark[1]
+        return self.held_state if self.held else self.it.get_state()
 
     def close(self) -> None:
         if self.reader is not None:
             self.reader.stop()
-            self.reader = None
         self.it.close()
 
 
 class _Resources:
-    """What an interleave iterator holds open: its slots, iterators opened ahead and the thread pool.
+    """What an interleave iterator holds open: its slots, slots being retired and the threads
+    opening iterators ahead.
 
     Kept apart from the iterator so that a ``weakref.finalize`` can release them (stop reader
-    threads, close iterators, shut the pool down) when the iterator is garbage collected unclosed.
+    threads, close iterators, stop the opening threads) when the iterator is garbage collected
+    unclosed.
     """
 
     def __init__(self, cycle: int):
         self.slots: list[_Slot | None] = [None] * cycle
-        self.pending: dict[int, Future] = {}
-        self.pool: ThreadPoolExecutor | None = None
+        self.retired: list[_Slot] = []
+        self.openers: _Openers | None = None
+
+    def close_retired(self) -> None:
+        """Closes the slots taken out of the cycle (not those still in it)."""
+        while self.retired:
+            slot = self.retired[-1]
+            if not any(s is slot for s in self.slots):
+                slot.close()
+            self.retired.pop()
 
     def drop_pending(self) -> None:
-        pending, self.pending = self.pending, {}
-        for fut in pending.values():
-            try:
-                fut.result().close()
-            except Exception:
-                pass
+        if self.openers is not None:
+            self.openers.drop()
 
     def close(self) -> None:
         for i, s in enumerate(self.slots):
             if s is not None:
                 self.slots[i] = None
-                s.close()
-        self.drop_pending()
-        if self.pool is not None:
-            pool, self.pool = self.pool, None
-            pool.shutdown(wait=True)
+                self.retired.append(s)
+        self.close_retired()
+        if self.openers is not None:
+            openers, self.openers = self.openers, None
+            openers.stop()
+
+
+class _LastChunk:
+    """What the latest ``next_chunk`` returned: ``n`` positions of the cycle from ``turn``, and per
+    slot the slot object, the reader items taken (read-ahead) and the reader mark before them."""
+
+    __slots__ = ("items", "marks", "n", "slots", "turn")
+
+    def __init__(self, turn: int, n: int, slots: list, items: list, marks: list):
+        self.turn, self.n, self.slots, self.items, self.marks = turn, n, slots, items, marks
 
 
 class _InterleaveIterator(grain.DatasetIterator):
@@ -270,6 +445,9 @@ class _InterleaveIterator(grain.DatasetIterator):
         self._res = _Resources(ds._cycle)
         self._next_ds = 0
         self._turn = 0
+        # A committed call not yet applied: (turn after it, [(reader, mark)]); see _settle.
+        self._journal: tuple[int, list] | None = None
+        self._last: tuple | _LastChunk | None = None
         # Stops reader threads and closes open iterators if this iterator is dropped unclosed.
         self._finalizer = weakref.finalize(self, self._res.close)
 
@@ -277,56 +455,234 @@ class _InterleaveIterator(grain.DatasetIterator):
     def _slots(self) -> list[_Slot | None]:
         return self._res.slots
 
+    def _settle(self) -> None:
+        """Applies the journal of the latest call (idempotent, so an interrupt here is harmless)."""
+        journal = self._journal
+        if journal is not None:
+            turn, marks = journal
+            for reader, mark in marks:
+                reader.mark = mark
+            self._turn = turn
+            self._journal = None
+
     # --- opening iterators, possibly ahead ---------------------------------------------------------
 
     def _prefetch_opens(self) -> None:
         ds, res = self._ds, self._res
         if not ds._make_threads:
             return
-        if res.pool is None:
-            res.pool = ThreadPoolExecutor(ds._make_threads, thread_name_prefix="interleave-open")
+        if res.openers is None:
+            res.openers = _Openers(ds._open, ds._make_threads)
+        openers = res.openers
+        openers.start()
         for i in range(self._next_ds, min(ds._n, self._next_ds + ds._make_buffer)):
-            if i not in res.pending:
-                res.pending[i] = res.pool.submit(ds._open, i)
+            if not openers.has(i):
+                openers.submit(i)
 
-    def _open(self, index: int) -> grain.DatasetIterator:
-        fut = self._res.pending.pop(index, None)
-        it = fut.result() if fut is not None else self._ds._open(index)
-        if self.options is not None:
-            it.apply_options(self.options)
-        return it
+    def _new_slot(self, index: int, it: grain.DatasetIterator, state: Any = None) -> _Slot:
+        """A slot reading ``it`` (moved to ``state`` if given); ``it`` is closed on failure."""
+        slot = None
+        try:
+            if self.options is not None:
+                it.apply_options(self.options)
+            if state is not None:
+                it.set_state(state)
+            slot = _Slot(index, it)
+            if self._ds._iter_buffer:
+                slot.start_reader(self._ds._iter_buffer)
+            return slot
+        except BaseException:
+            if slot is not None:
+                slot.close()
+            else:
+                it.close()
+            raise
+
+    def _open_slot(self, turn: int) -> None:
+        """Opens the next dataset into slot ``turn``. Interrupted, it changes nothing (an iterator
+        opened ahead stays there; one opened here is closed)."""
+        res, index = self._res, self._next_ds
+        openers = res.openers
+        ahead = openers is not None and openers.has(index)
+        it = openers.take(index) if ahead else self._ds._open(index)  # type: ignore[union-attr]
+        try:
+            slot = self._new_slot(index, it)
+        except BaseException:
+            if ahead:
+                openers.forget(index)  # type: ignore[union-attr]  # closed: open it again
+            raise
+        res.slots[turn] = slot  # the commit: two assignments, no call between them
+        self._next_ds = index + 1
+        if ahead:
+            openers.forget(index)  # type: ignore[union-attr]
+        self._prefetch_opens()
+
+    def _retire(self, turn: int, slot: _Slot) -> None:
+        """Takes the exhausted ``slot`` out of the cycle and passes the turn on."""
+        res = self._res
+        res.retired.append(slot)
+        res.slots[turn] = None  # the commit: two assignments, no call between them
+        self._turn = turn + 1 if turn + 1 < self._ds._cycle else 0
+        res.close_retired()
 
     # --- iteration --------------------------------------------------------------------------------
 
     def __next__(self):
+        self._settle()
         slots, cycle, n = self._res.slots, self._ds._cycle, self._ds._n
-        buffer = self._ds._iter_buffer
         while True:
             turn = self._turn
             slot = slots[turn]
-            if slot is not None:
-                try:
-                    x = slot.next(buffer)
-                except StopIteration:
-                    # As in Grain: the slot is emptied and the turn passes on; the slot opens the
-                    # next dataset only when its turn comes round again.
-                    slots[turn] = None
-                    slot.close()
-                    self._turn = turn + 1 if turn + 1 < cycle else 0
+            if slot is None:
+                if self._next_ds < n:
+                    self._open_slot(turn)
                     continue
+                if all(s is None for s in slots):
+                    raise StopIteration
                 self._turn = turn + 1 if turn + 1 < cycle else 0
-                return x
-            if self._next_ds < n:
-                index = self._next_ds
-                self._next_ds = index + 1
-                slots[turn] = _Slot(index, self._open(index))
-                self._prefetch_opens()
                 continue
-            if all(s is None for s in slots):
-                raise StopIteration
-            self._turn = turn + 1 if turn + 1 < cycle else 0
+            after = turn + 1 if turn + 1 < cycle else 0
+            reader = slot.reader
+            if reader is not None:
+                item = reader.peek(1, wait=True)[0]
+                if isinstance(item, _End):
+                    self._retire(turn, slot)
+                    continue
+                if isinstance(item, _Failed):  # not consumed: every later call raises it too
+                    raise item.error
+                self._last = (turn, slot, None, reader.mark)
+                self._journal = (after, [(reader, (item.seq, item.state))])  # the commit
+                return item.value
+            if slot.held:
+                x = slot.held[0]
+                self._last = (turn, slot, x, slot.held_state)
+                slot.held = []  # the commit: two assignments, no call between them
+                self._turn = after
+                return x
+            before = None if slot.can_unread else slot.it.get_state()
+            try:
+                x = slot.it.__next__()
+            except StopIteration:
+                self._retire(turn, slot)
+                continue
+            self._last = (turn, slot, x, before)
+            self._turn = after  # the commit (the iterator moved by returning)
+            return x
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        self._settle()
+        slots, cycle = self._res.slots, self._ds._cycle
+        turn = self._turn
+        if max_elements < 2 or any(s is None or s.held for s in slots):
+            return [self.__next__()]
+        buffered = self._ds._iter_buffer > 0
+        if not buffered and not all(s.can_unread for s in slots):  # type: ignore[union-attr]
+            return [self.__next__()]
+        need = [0] * cycle
+        for j in range(max_elements):
+            need[(turn + j) % cycle] += 1
+        got: list[list[Any]] = [[] for _ in range(cycle)]
+        if buffered:
+            for k in range(cycle):
+                if need[k]:
+                    ready = slots[k].reader.peek(need[k], wait=False)  # type: ignore[union-attr]
+                    got[k] = [item for item in ready if isinstance(item, _Item)]
+        else:
+            try:
+                for k in range(cycle):
+                    if need[k]:
+                        try:
+                            got[k] = slots[k].it.next_chunk(need[k])  # type: ignore[union-attr]
+                        except StopIteration:
+                            got[k] = []
+            except BaseException:
+                self._give_back(slots, got, [0] * cycle)
+                raise
+        taken = [0] * cycle
+        out: list[Any] = []
+        append = out.append
+        j = 0
+        while j < max_elements:
+            k = (turn + j) % cycle
+            i = taken[k]
+            g = got[k]
+            if i >= len(g):
+                break
+            append(g[i].value if buffered else g[i])
+            taken[k] = i + 1
+            j += 1
+        if not buffered:
+            try:
+                self._give_back(slots, got, taken)
+            except BaseException:
+                self._give_back(slots, got, [0] * cycle)
+                raise
+        if not out:
+            return [self.__next__()]
+        if buffered:
+            items = [got[k][: taken[k]] for k in range(cycle)]
+            marks = [s.reader.mark for s in slots]  # type: ignore[union-attr]
+            commits = [
+                (slots[k].reader, (items[k][-1].seq, items[k][-1].state))  # type: ignore[union-attr]
+                for k in range(cycle)
+                if taken[k]
+            ]
+            self._last = _LastChunk(turn, len(out), list(slots), items, marks)
+            self._journal = ((turn + len(out)) % cycle, commits)  # the commit
+        else:
+            self._last = _LastChunk(turn, len(out), list(slots), [None] * cycle, [None] * cycle)
+            self._turn = (turn + len(out)) % cycle  # the commit (the iterators moved already)
+        return out
+
+    @staticmethod
+    def _give_back(slots: list, got: list, taken: list) -> None:
+        for k, g in enumerate(got):
+            if len(g) > taken[k]:
+                unread(slots[k].it, len(g) - taken[k])
+
+    def _unread(self, count: int) -> None:
+        """Moves back over the last ``count`` elements the latest call returned (the chunk
+        protocol's give-back, used by chunked stages reading this one)."""
+        self._settle()
+        last = self._last
+        if count <= 0 or last is None:
+            return
+        if isinstance(last, tuple):  # one element, from slot ``slot``
+            turn, slot, x, before = last
+            if slot.reader is not None:
+                slot.reader.mark = before
+            elif slot.can_unread:
+                unread(slot.it, 1)
+            else:
+                slot.held_state = before
+                slot.held = [x]
+            self._last = None
+            self._turn = turn
+            return
+        cycle = self._ds._cycle
+        keep = last.n - count
+        back = [0] * cycle
+        for p in range(keep, last.n):
+            back[(last.turn + p) % cycle] += 1
+        for k, c in enumerate(back):
+            if not c:
+                continue
+            slot = last.slots[k]
+            if slot.reader is not None:
+                items = last.items[k]
+                left = len(items) - c
+                slot.reader.mark = (
+                    (items[left - 1].seq, items[left - 1].state) if left else last.marks[k]
+                )
+                last.items[k] = items[:left]
+            else:
+                unread(slot.it, c)
+        last.n = keep
+        self._turn = (last.turn + keep) % cycle
+
 
     def get_state(self):
+        self._settle()
         return _state.make_state(
             self.kind,
             num_datasets=self._ds._n,
@@ -386,24 +742,21 @@ class _InterleaveIterator(grain.DatasetIterator):
                     new.append(None)
                     continue
                 index = entry["dataset"]
-                it = ds._open(index)
-                if self.options is not None:
-                    it.apply_options(self.options)
-                new.append(_Slot(index, it))
-                it.set_state(entry["state"])
+                new.append(self._new_slot(index, ds._open(index), entry["state"]))
         except BaseException:
             for s in new:
                 if s is not None:
                     s.close()
             raise
         res = self._res
-        for s in res.slots:
-            if s is not None:
-                s.close()
-        res.drop_pending()
+        old = [s for s in res.slots if s is not None]
         res.slots[:] = new
+        self._journal, self._last = None, None
         self._next_ds = next_ds
         self._turn = turn
+        res.retired.extend(old)
+        res.close_retired()
+        res.drop_pending()
         self._prefetch_opens()
 
     def start_prefetch(self) -> None:
@@ -416,5 +769,6 @@ class _InterleaveIterator(grain.DatasetIterator):
                 s.it.apply_options(options)
 
     def close(self) -> None:
-        """Stops every reader thread, closes the open iterators and the opening pool. Idempotent."""
+        """Stops every reader and opening thread and closes the open iterators. Idempotent."""
+        self._settle()
         self._res.close()
