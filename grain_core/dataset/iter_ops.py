@@ -102,8 +102,17 @@ class _ChunkedOneToOne(_OneParentIterator):
         # calling the function a second time, while the parent is moved forward over them.
         self._replay: list[Any] = []
         self._last_out: list[Any] = []  # what the latest call returned (for _unread)
+        # A parent that cannot move back: the element whose function call was interrupted and the
+        # parent's state before it (the state of this stage until that element is returned).
+        self._held: tuple[Any, Any] | None = None
         if not self._chunked:
             self._unread = None  # type: ignore[assignment]  # see can_unread
+
+    def get_state(self):
+        held = self._held
+        if held is None:
+            return super().get_state()
+        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
 
     def _where(self) -> str:
         return _stage_name(self.kind, self._fn)
@@ -141,25 +150,35 @@ class _ChunkedOneToOne(_OneParentIterator):
             self._raise_pending()
         if self._replay:
             return self._take_replay(1)[0]
-        x = next(self._parent)
+        held = self._held
+        if held is not None:
+            x, before = held
+        else:
+            before = None if self._chunked else self._parent.get_state()
+            x = self._parent.__next__()  # not next(): no interrupt between its return and `try`
         i = self._count
         try:
             y = self._call(x, i)
         except BaseException as e:
-            self._fail_one(e, i)
+            self._fail_one(e, i, x, before)
             raise
+        self._held = None  # the commit: plain assignments, no call
         self._count = i + 1
         if self._chunked:
             self._last_out = [y]
         return y
 
-    def _fail_one(self, e: BaseException, i: int) -> None:
-        """After the function raised on element ``i`` read by ``next()``: an ``Exception``
-        consumes it, an interrupt does not."""
+    def _fail_one(self, e: BaseException, i: int, x: Any = None, before: Any = None) -> None:
+        """After the function raised on element ``i`` (``x``) read by ``next()``: an
+        ``Exception`` consumes it, an interrupt does not (it goes back to the parent, or, if the
+        parent cannot move back, is held with the parent's state ``before`` it)."""
         if isinstance(e, Exception):
+            self._held = None
             self._count = i + 1
         elif self._chunked:
             unread(self._parent, 1)
+        else:
+            self._held = (x, before)
         self._last_out = []
         _error_note(e, self._where(), i)
 
@@ -183,6 +202,7 @@ class _ChunkedOneToOne(_OneParentIterator):
         out: list[Any] = []
         try:
             self._apply(chunk, start, out)
+            end = start + len(out)
         except BaseException as e:
             done = out
             self._last_out = []
@@ -199,26 +219,31 @@ class _ChunkedOneToOne(_OneParentIterator):
             else:
                 unread(self._parent, len(chunk))
             raise
-        self._count = start + len(out)
+        self._count = end  # the commit: plain assignments, no call
         self._last_out = out
         return out
 
     def _unread(self, count: int) -> None:
+        """Gives back the last ``count`` outputs (kept for replay). Computes first, moves the
+        parent, then assigns: an interrupt before the parent moved changes nothing."""
         if count <= 0:
             return
-        last = self._last_out
+        last, pending = self._last_out, self._pending
         back = count
         given_back = last[len(last) - count :]
-        if self._pending is not None:  # the failing element after them is given back too
-            given_back.append(_Raise(self._pending))
-            self._pending = None
+        if pending is not None:  # the failing element after them is given back too
+            given_back.append(_Raise(pending))
             back += 1
-        self._replay = given_back + self._replay
-        self._last_out = last[: len(last) - count]
+        replay = given_back + self._replay
+        kept = last[: len(last) - count]
         unread(self._parent, back)
+        self._pending = None
+        self._replay = replay
+        self._last_out = kept
         self._count -= back
 
     def _set_extra_state(self, state):
+        self._held = None
         self._pending = None
         self._replay, self._last_out = [], []
         self._count = int(state.get("count", 0))
@@ -305,13 +330,13 @@ class _MapIterator(_ChunkedOneToOne):
         return self._fn(x)
 
     def __next__(self):  # the per-element path, without the generic _call indirection
-        if self._pending is not None or self._replay:
+        if self._pending is not None or self._replay or not self._chunked:
             return super().__next__()
-        x = next(self._parent)
+        x = self._parent.__next__()  # not next(): no interrupt between its return and `try`
         try:
             y = self._fn(x)
         except BaseException as e:
-            self._fail_one(e, self._count)
+            self._fail_one(e, self._count, x)
             raise
         self._count += 1
         if self._chunked:
@@ -433,6 +458,9 @@ class _FilterIterator(_OneParentIterator):
         self._last: tuple[int, list[Any]] = (0, [])  # (parent elements read, their verdicts)
         self._replay: list[Any] = []  # verdicts of the next parent elements (given back before)
         self._pending: BaseException | None = None
+        # A parent that cannot move back: the element whose test was interrupted and the
+        # parent's state before it (see _ChunkedOneToOne).
+        self._held: tuple[Any, Any] | None = None
         if not self._chunked:
             self._unread = None  # type: ignore[assignment]  # see can_unread
 
@@ -441,14 +469,27 @@ class _FilterIterator(_OneParentIterator):
         assert e is not None
         raise e
 
+    def get_state(self):
+        held = self._held
+        if held is None:
+            return super().get_state()
+        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+
     def __next__(self):
         if self._pending is not None:
             self._raise_pending()
         fn, parent = self._fn, self._parent
         while True:
-            x = next(parent)
-            if self._replay:
-                keep = self._replay.pop(0)
+            held = self._held
+            if held is not None:
+                x, before = held
+            else:
+                before = None if self._chunked else parent.get_state()
+                x = parent.__next__()  # not next(): no interrupt between its return and `try`
+            replay = self._replay
+            if replay:
+                keep = replay[0]
+                del replay[0]
                 if isinstance(keep, _Raise):
                     self._tested += 1
                     self._last = (0, [])
@@ -456,18 +497,22 @@ class _FilterIterator(_OneParentIterator):
             else:
                 try:
                     keep = fn(x)
+                    self._seen_total += 1
+                    if keep:
+                        self._kept_total += 1
+                    self._count_seen(1, 0 if keep else 1)
                 except BaseException as e:
                     _error_note(e, _stage_name(self.kind, fn), self._tested)
                     self._last = (0, [])
                     if isinstance(e, Exception):
+                        self._held = None
                         self._tested += 1
                     elif self._chunked:
                         unread(parent, 1)
+                    else:  # a parent that cannot move back: hold it, with the state before it
+                        self._held = (x, before)
                     raise
-                self._seen_total += 1
-                if keep:
-                    self._kept_total += 1
-                self._count_seen(1, 0 if keep else 1)
+            self._held = None  # the commit: plain assignments, no call
             self._tested += 1
             if keep:
                 self._last = (1, [True])
@@ -580,6 +625,7 @@ class _FilterIterator(_OneParentIterator):
         self._last = (pos, verdicts[:pos])
 
     def _set_extra_state(self, state):
+        self._held = None
         self._pending = None
         self._replay = []
         self._last = (0, [])
@@ -616,41 +662,75 @@ class _BatchIterator(_OneParentIterator):
         super().__init__(parent)
         self._bs, self._drop, self._batch_fn = bs, drop, batch_fn
         self._rewind = can_unread(parent)
+        # After an interrupt, with a parent that cannot move back: the elements read for the
+        # interrupted batch and the parent's state before them (the state until it is returned).
+        self._held: tuple[list[Any], Any] | None = None
 
     def __next__(self):
-        parent = self._parent
-        need = self._bs
-        items: list[Any] = []
-        before = None  # the parent's state where this batch began, once it takes several calls
+        """One batch. Its elements are pulled with ``next_chunk`` into ``items`` in one step
+        (``items += ...``), so an interrupt (``KeyboardInterrupt``) anywhere, stacking included,
+        finds them there and gives them back: ``_unread`` after one parent call, the parent's
+        state from before the batch after several (noted when a second call becomes necessary),
+        or, for parents that cannot move back, held here with that state for the next call. An
+        ``Exception`` propagates and the elements read are consumed, as in Grain."""
+        parent, bs = self._parent, self._bs
+        held = self._held
+        items: list[Any] = [] if held is None else list(held[0])
+        before = None if held is None else held[1]
         try:
-            while need:
+            if before is None and not self._rewind:
+                before = parent.get_state()
+            while len(items) < bs:
+                n0 = len(items)
                 try:
-                    chunk = parent.next_chunk(need)
+                    items += parent.next_chunk(bs - n0)
                 except StopIteration:
                     if not items or self._drop:
                         raise
                     break
-                if len(chunk) > need:
+                if len(items) > bs:
                     raise RuntimeError(
-                        f"{type(parent).__name__}.next_chunk({need}) returned {len(chunk)} "
-                        "elements; next_chunk must return at most max_elements."
+                        f"{type(parent).__name__}.next_chunk({bs - n0}) returned "
+                        f"{len(items) - n0} elements; next_chunk must return at most max_elements."
                     )
-                if before is None and not items and len(chunk) < need and self._rewind:
+                if before is None and n0 == 0 and len(items) < bs:
                     # More calls follow: note where the batch began, so an interrupt in one of
                     # them can put the parent back (the elements are served again from replay).
-                    k = len(chunk)
+                    k = len(items)
                     unread(parent, k)
+                    items = []
                     before = parent.get_state()
-                    chunk = []
-                    while len(chunk) < k:
-                        chunk += parent.next_chunk(k - len(chunk))
-                items += chunk
-                need -= len(chunk)
+                    while len(items) < k:
+                        items += parent.next_chunk(k - len(items))
+            batch = stack_batch(items, self._batch_fn)
         except BaseException as e:
-            if before is not None and not isinstance(e, Exception):
-                parent.set_state(before)  # interrupted: continuing rebuilds this batch
+            if isinstance(e, Exception):
+                self._held = None
+            else:
+                self._give_back(items, before)
             raise
-        return stack_batch(items, self._batch_fn)
+        self._held = None  # the commit
+        return batch
+
+    def _give_back(self, items: list[Any], before: Any) -> None:
+        """After an interrupt: leaves the parent (or ``_held``) so the next call rebuilds this
+        batch from the same elements."""
+        if not self._rewind:
+            self._held = (items, before) if items else None
+        elif before is not None:
+            self._held = None
+            self._parent.set_state(before)
+        elif items:
+            unread(self._parent, len(items))
+
+    def get_state(self):
+        held = self._held
+        if held is None:
+            return super().get_state()
+        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+
+    def _set_extra_state(self, state):
+        self._held = None
 
     def _extra_state(self):
         return {"batch_size": self._bs}

@@ -258,7 +258,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                 # Read by the caller in _next_chunk: every chunk without read-ahead, and the first
                 # (one element) after a (re)start. One such chunk is queued at a time.
                 if not self._buffer:
-                    self._buffer.append((start, stop, None))
+                    # `+=` and an assignment, no call between: an interrupt cannot queue the
+                    # range without moving `_read_to` past it.
+                    self._buffer += ((start, stop, None),)
                     self._read_to = stop
                 break
             if budget - in_flight < stop - start and self._buffer:
@@ -267,7 +269,8 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._pool = futures.ThreadPoolExecutor(
                     max_workers=threads, thread_name_prefix="grain_core-read"
                 )
-            self._buffer.append((start, stop, self._pool.submit(self._read_chunk, start, stop)))
+            fut = self._pool.submit(self._read_chunk, start, stop)
+            self._buffer += ((start, stop, fut),)  # with the next line: no call between
             self._read_to = stop
             in_flight += stop - start
 

@@ -47,9 +47,22 @@ def _package_dirs(packages: Iterable[types.ModuleType | str]) -> tuple[str, ...]
             raise ValueError(f"Interrupter: cannot tell where module {p!r} lives.")
         if hasattr(p, "__path__"):  # a package: every file under its directory
             dirs.append(os.path.join(os.path.dirname(os.path.abspath(path)), ""))
-        else:  # a single-file module (``threading``: where a consumer waits)
+        else:  # a single-file module
             dirs.append(os.path.abspath(path))
     return tuple(dirs)
+
+
+def _in_finalizer(frame: types.FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a ``__del__`` or a ``weakref.finalize`` callback (the garbage
+    collector runs them at any point; Python ignores exceptions raised there)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (
+            code.co_name == "__call__" and code.co_filename.endswith("weakref.py")
+        ):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Interrupter:
@@ -58,8 +71,8 @@ class Interrupter:
     Use as a context manager (it installs a ``SIGALRM`` handler and an ``ITIMER_REAL`` timer of
     ``interval`` seconds, and puts both back on exit). While :attr:`armed` is true, the first timer
     signal that arrives while the main thread executes a file of one of ``packages`` (packages: every
-    file under their directory; single-file modules such as ``threading``, to interrupt waits too;
-    directory paths; default: ``grain_core``) raises ``KeyboardInterrupt`` there and disarms the
+    file under their directory; single-file modules: that file; directory paths; default:
+    ``grain_core``) raises ``KeyboardInterrupt`` there and disarms the
     interrupter; :attr:`raised` counts them. Arm it around each ``next()`` call.
     """
 
@@ -84,6 +97,7 @@ class Interrupter:
             and frame is not None
             and frame.f_code.co_filename.startswith(self.dirs)
             and frame.f_code.co_filename != _HERE  # never in the harness's own loop
+            and not _in_finalizer(frame)
         ):
             self.armed = False
             self.raised += 1

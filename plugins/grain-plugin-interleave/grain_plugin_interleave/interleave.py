@@ -426,6 +426,9 @@ class _Resources:
             openers.stop()
 
 
+_KEEP = object()  # in a journal: leave _last as it is
+
+
 class _LastChunk:
     """What the latest ``next_chunk`` returned: ``n`` positions of the cycle from ``turn``, and per
     slot the slot object, the reader items taken (read-ahead) and the reader mark before them."""
@@ -446,7 +449,9 @@ class _InterleaveIterator(grain.DatasetIterator):
         self._next_ds = 0
         self._turn = 0
         # A committed call not yet applied: (turn after it, [(reader, mark)]); see _settle.
-        self._journal: tuple[int, list] | None = None
+        # A committed call not yet applied: (turn after it, [(reader, mark)], [(iterator, count to
+        # give back)], [(slot, element, state before it) to hold], new _last or _KEEP); see _settle.
+        self._journal: tuple[int, list, list, list, Any] | None = None
         self._last: tuple | _LastChunk | None = None
         # Stops reader threads and closes open iterators if this iterator is dropped unclosed.
         self._finalizer = weakref.finalize(self, self._res.close)
@@ -456,14 +461,26 @@ class _InterleaveIterator(grain.DatasetIterator):
         return self._res.slots
 
     def _settle(self) -> None:
-        """Applies the journal of the latest call (idempotent, so an interrupt here is harmless)."""
+        """Applies the journal of the latest call. Idempotent, so an interrupt here is harmless:
+        marks and holds are plain assignments, and each give-back to a dataset's iterator is
+        removed from the journal right after it returns (no call between the two)."""
         journal = self._journal
-        if journal is not None:
-            turn, marks = journal
-            for reader, mark in marks:
-                reader.mark = mark
-            self._turn = turn
-            self._journal = None
+        if journal is None:
+            return
+        turn, marks, undo, holds, last = journal
+        for reader, mark in marks:
+            reader.mark = mark
+        for slot, x, before in holds:
+            slot.held_state = before
+            slot.held = [x]
+        while undo:
+            it, count = undo[-1]
+            unread(it, count)
+            del undo[-1]
+        if last is not _KEEP:
+            self._last = last
+        self._turn = turn
+        self._journal = None
 
     # --- opening iterators, possibly ahead ---------------------------------------------------------
 
@@ -551,7 +568,7 @@ class _InterleaveIterator(grain.DatasetIterator):
                 if isinstance(item, _Failed):  # not consumed: every later call raises it too
                     raise item.error
                 self._last = (turn, slot, None, reader.mark)
-                self._journal = (after, [(reader, (item.seq, item.state))])  # the commit
+                self._journal = (after, [(reader, (item.seq, item.state))], [], [], _KEEP)
                 return item.value
             if slot.held:
                 x = slot.held[0]
@@ -582,22 +599,34 @@ class _InterleaveIterator(grain.DatasetIterator):
         for j in range(max_elements):
             need[(turn + j) % cycle] += 1
         got: list[list[Any]] = [[] for _ in range(cycle)]
+        try:
+            out = self._round_robin(slots, turn, need, got, max_elements, buffered)
+        except BaseException:
+            if not buffered:  # what the datasets returned goes back to them (a journal entry)
+                self._journal = (turn, [], self._excess(slots, got, [0] * cycle), [], _KEEP)
+            raise
+        return out if out else [self.__next__()]
+
+    def _round_robin(
+        self, slots: list, turn: int, need: list[int], got: list[list[Any]], max_elements: int,
+        buffered: bool,
+    ) -> list[Any]:
+        """Reads ``need[k]`` elements from each slot ``k`` into ``got`` and returns the longest
+        round-robin prefix from ``turn``, committing it (a journal entry, the last thing done);
+        returns ``[]`` (committing only the give-backs) when the first slot has nothing ready."""
+        cycle = len(slots)
         if buffered:
             for k in range(cycle):
                 if need[k]:
-                    ready = slots[k].reader.peek(need[k], wait=False)  # type: ignore[union-attr]
+                    ready = slots[k].reader.peek(need[k], wait=False)
                     got[k] = [item for item in ready if isinstance(item, _Item)]
         else:
-            try:
-                for k in range(cycle):
-                    if need[k]:
-                        try:
-                            got[k] = slots[k].it.next_chunk(need[k])  # type: ignore[union-attr]
-                        except StopIteration:
-                            got[k] = []
-            except BaseException:
-                self._give_back(slots, got, [0] * cycle)
-                raise
+            for k in range(cycle):
+                if need[k]:
+                    try:
+                        got[k] = slots[k].it.next_chunk(need[k])
+                    except StopIteration:
+                        got[k] = []
         taken = [0] * cycle
         out: list[Any] = []
         append = out.append
@@ -611,38 +640,37 @@ class _InterleaveIterator(grain.DatasetIterator):
             append(g[i].value if buffered else g[i])
             taken[k] = i + 1
             j += 1
-        if not buffered:
-            try:
-                self._give_back(slots, got, taken)
-            except BaseException:
-                self._give_back(slots, got, [0] * cycle)
-                raise
-        if not out:
-            return [self.__next__()]
+        n = len(out)
         if buffered:
+            if not n:
+                return out
             items = [got[k][: taken[k]] for k in range(cycle)]
-            marks = [s.reader.mark for s in slots]  # type: ignore[union-attr]
+            marks = [s.reader.mark for s in slots]
             commits = [
-                (slots[k].reader, (items[k][-1].seq, items[k][-1].state))  # type: ignore[union-attr]
+                (slots[k].reader, (items[k][-1].seq, items[k][-1].state))
                 for k in range(cycle)
                 if taken[k]
             ]
-            self._last = _LastChunk(turn, len(out), list(slots), items, marks)
-            self._journal = ((turn + len(out)) % cycle, commits)  # the commit
+            last: Any = _LastChunk(turn, n, list(slots), items, marks)
+            self._journal = ((turn + n) % cycle, commits, [], [], last)  # the commit
         else:
-            self._last = _LastChunk(turn, len(out), list(slots), [None] * cycle, [None] * cycle)
-            self._turn = (turn + len(out)) % cycle  # the commit (the iterators moved already)
+            # The commit: the turn, and what the datasets returned beyond `out` goes back to them.
+            undo = self._excess(slots, got, taken)
+            last = _LastChunk(turn, n, list(slots), [None] * cycle, [None] * cycle) if n else _KEEP
+            self._journal = ((turn + n) % cycle, [], undo, [], last)
         return out
 
     @staticmethod
-    def _give_back(slots: list, got: list, taken: list) -> None:
-        for k, g in enumerate(got):
-            if len(g) > taken[k]:
-                unread(slots[k].it, len(g) - taken[k])
+    def _excess(slots: list, got: list, taken: list) -> list[tuple[Any, int]]:
+        """``(iterator, count)`` give-backs of what each dataset returned beyond ``taken``."""
+        return [
+            (slots[k].it, len(g) - taken[k]) for k, g in enumerate(got) if len(g) > taken[k]
+        ]
 
     def _unread(self, count: int) -> None:
         """Moves back over the last ``count`` elements the latest call returned (the chunk
-        protocol's give-back, used by chunked stages reading this one)."""
+        protocol's give-back, used by chunked stages reading this one). Computes the move, then
+        commits it as one journal entry (applied at once), so an interrupt leaves it all or nothing."""
         self._settle()
         last = self._last
         if count <= 0 or last is None:
@@ -650,36 +678,34 @@ class _InterleaveIterator(grain.DatasetIterator):
         if isinstance(last, tuple):  # one element, from slot ``slot``
             turn, slot, x, before = last
             if slot.reader is not None:
-                slot.reader.mark = before
+                journal = (turn, [(slot.reader, before)], [], [], None)
             elif slot.can_unread:
-                unread(slot.it, 1)
+                journal = (turn, [], [(slot.it, 1)], [], None)
             else:
-                slot.held_state = before
-                slot.held = [x]
-            self._last = None
-            self._turn = turn
+                journal = (turn, [], [], [(slot, x, before)], None)
+            self._journal = journal  # the commit (the last thing: applied by the next call)
             return
         cycle = self._ds._cycle
         keep = last.n - count
         back = [0] * cycle
         for p in range(keep, last.n):
             back[(last.turn + p) % cycle] += 1
+        marks, undo, items = [], [], list(last.items)
         for k, c in enumerate(back):
             if not c:
                 continue
             slot = last.slots[k]
             if slot.reader is not None:
-                items = last.items[k]
-                left = len(items) - c
-                slot.reader.mark = (
-                    (items[left - 1].seq, items[left - 1].state) if left else last.marks[k]
-                )
-                last.items[k] = items[:left]
+                taken = items[k]
+                left = len(taken) - c
+                mark = (taken[left - 1].seq, taken[left - 1].state) if left else last.marks[k]
+                marks.append((slot.reader, mark))
+                items[k] = taken[:left]
             else:
-                unread(slot.it, c)
-        last.n = keep
-        self._turn = (last.turn + keep) % cycle
-
+                undo.append((slot.it, c))
+        new_last = _LastChunk(last.turn, keep, last.slots, items, last.marks)
+        # The commit, and the last thing done here (no call after it): applied by the next call.
+        self._journal = ((last.turn + keep) % cycle, marks, undo, [], new_last)
 
     def get_state(self):
         self._settle()
