@@ -126,10 +126,13 @@ class _ChunkedOneToOne(_OneParentIterator):
         raise e
 
     def _take_replay(self, n: int) -> list[Any]:
+        """Serves outputs given back earlier, moving the parent over their elements. The parent
+        moves first and everything else is plain assignments after it (given back again if an
+        interrupt lands in between), so an interrupt leaves both or neither moved."""
         replay = self._replay
         if isinstance(replay[0], _Raise):  # the failing element: consumed, its error raised
-            self._replay = replay[1:]
             self._parent.next_chunk(1)
+            self._replay = replay[1:]
             self._count += 1
             self._last_out = []
             raise replay[0].error
@@ -139,7 +142,14 @@ class _ChunkedOneToOne(_OneParentIterator):
             k += 1
         # Move the parent over the elements these outputs were made from, in one call (so that
         # the parent can give them back again if asked): it may return fewer than asked.
-        k = len(self._parent.next_chunk(k))
+        moved: list[Any] = []
+        try:
+            moved = self._parent.next_chunk(k)
+            k = len(moved)
+        except BaseException:
+            if moved:
+                unread(self._parent, len(moved))
+            raise
         out, self._replay = replay[:k], replay[k:]
         self._count += k
         self._last_out = out
@@ -262,7 +272,7 @@ class _PassThroughIterator(DatasetIterator):
             self._unread = None  # type: ignore[assignment]  # see can_unread
 
     def __next__(self):
-        return next(self._parent)
+        return self._parent.__next__()  # not next(): see _ChunkedOneToOne.__next__
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         return self._parent.next_chunk(max_elements)
@@ -487,32 +497,39 @@ class _FilterIterator(_OneParentIterator):
                 before = None if self._chunked else parent.get_state()
                 x = parent.__next__()  # not next(): no interrupt between its return and `try`
             replay = self._replay
-            if replay:
-                keep = replay[0]
-                del replay[0]
-                if isinstance(keep, _Raise):
-                    self._tested += 1
-                    self._last = (0, [])
-                    raise keep.error
-            else:
-                try:
-                    keep = fn(x)
+            try:
+                if replay:  # a verdict remembered from a give-back (or the error it raised)
+                    keep = replay[0]
+                    failed = isinstance(keep, _Raise)
+                    keep = failed or bool(keep)
+                else:
+                    failed = False
+                    keep = bool(fn(x))
                     self._seen_total += 1
                     if keep:
                         self._kept_total += 1
                     self._count_seen(1, 0 if keep else 1)
-                except BaseException as e:
+            except BaseException as e:
+                if not replay:
                     _error_note(e, _stage_name(self.kind, fn), self._tested)
+                self._last = (0, [])
+                if isinstance(e, Exception) and not replay:  # consumed, as in Grain
+                    self._held = None
+                    self._tested += 1
+                elif self._chunked:
+                    unread(parent, 1)
+                else:  # a parent that cannot move back: hold it, with the state before it
+                    self._held = (x, before)
+                raise
+            # The commit: plain statements, no call, until the return.
+            if replay:
+                error = replay[0]
+                del replay[0]
+                if failed:
+                    self._tested += 1
                     self._last = (0, [])
-                    if isinstance(e, Exception):
-                        self._held = None
-                        self._tested += 1
-                    elif self._chunked:
-                        unread(parent, 1)
-                    else:  # a parent that cannot move back: hold it, with the state before it
-                        self._held = (x, before)
-                    raise
-            self._held = None  # the commit: plain assignments, no call
+                    raise error.error
+            self._held = None
             self._tested += 1
             if keep:
                 self._last = (1, [True])
@@ -570,23 +587,31 @@ class _FilterIterator(_OneParentIterator):
                     self._replay = verdicts  # (what was remembered is part of this chunk)
                 raise
             n = len(chunk)
-            self._count_fresh(verdicts[remembered:])
-            kept = list(itertools.compress(chunk, verdicts))
-            if len(kept) > max_elements:
-                # Give back what follows the max_elements-th kept element; remember its verdicts.
-                idx, found = 0, 0
-                while found < max_elements:
-                    if verdicts[idx]:
-                        found += 1
-                    idx += 1
-                unread(parent, n - idx)
-                self._replay = verdicts[idx:] + self._replay
-                self._tested += idx
-                self._last = (idx, verdicts[:idx])
-                return kept[:max_elements]
-            self._tested += n
+            try:
+                self._count_fresh(verdicts[remembered:])
+                kept = list(itertools.compress(chunk, verdicts))
+                idx = n
+                if len(kept) > max_elements:
+                    # Give back what follows the max_elements-th kept element; remember its
+                    # verdicts.
+                    idx, found = 0, 0
+                    while found < max_elements:
+                        if verdicts[idx]:
+                            found += 1
+                        idx += 1
+                    kept = kept[:max_elements]
+                replay = verdicts[idx:] + self._replay
+            except BaseException as e:
+                if not isinstance(e, Exception):  # interrupted: nothing of the chunk is consumed
+                    unread(parent, n)
+                    self._replay = verdicts + self._replay
+                raise
+            if idx < n:
+                unread(parent, n - idx)  # the last call: plain assignments after it
+                self._replay = replay
+            self._tested += idx
             if kept:
-                self._last = (n, verdicts)
+                self._last = (idx, verdicts[:idx])
                 return kept
 
     def _count_fresh(self, verdicts: list[Any]) -> None:
@@ -614,13 +639,14 @@ class _FilterIterator(_OneParentIterator):
             pos -= 1
             if verdicts[pos]:
                 count -= 1
-        unread(self._parent, n - pos)
         # Verdicts known for the elements given back, and the error of a failing one after them.
         given_back = verdicts[pos:]
         if self._pending is not None:
             given_back.append(_Raise(self._pending))
-            self._pending = None
-        self._replay = given_back + self._replay
+        replay = given_back + self._replay
+        unread(self._parent, n - pos)  # then plain assignments only: all or nothing
+        self._pending = None
+        self._replay = replay
         self._tested -= n - pos
         self._last = (pos, verdicts[:pos])
 
@@ -902,7 +928,7 @@ class _LimitIterator(_OneParentIterator):
     def __next__(self):
         if self._count >= self._limit:
             raise StopIteration
-        x = next(self._parent)
+        x = self._parent.__next__()
         self._count += 1
         return x
 
@@ -1018,7 +1044,7 @@ class _RepeatIterator(_OneParentIterator):
             if self._limit is not None and self._epoch >= self._limit:
                 raise StopIteration
             try:
-                x = next(self._parent)
+                x = self._parent.__next__()
             except StopIteration:
                 if not self._seen:  # an empty epoch: every later one is empty too
                     self._epoch = self._limit if self._limit is not None else self._epoch

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -73,19 +74,24 @@ class Interrupter:
     signal that arrives while the main thread executes a file of one of ``packages`` (packages: every
     file under their directory; single-file modules: that file; directory paths; default:
     ``grain_core``) raises ``KeyboardInterrupt`` there and disarms the
-    interrupter; :attr:`raised` counts them. Arm it around each ``next()`` call.
+    interrupter; :attr:`raised` counts them. Arm it around each ``next()`` call. Frames of the
+    functions in ``exclude`` are never interrupted: pass the loop that calls ``next()`` when it
+    lives in one of ``packages`` (a test module whose functions the pipeline calls), so that an
+    element ``next()`` returned is not lost by the loop itself.
     """
 
     def __init__(
         self,
         packages: Iterable[types.ModuleType | str] = (grain_core,),
         interval: float = 0.0003,
+        exclude: Iterable[Any] = (),
     ):
         if not hasattr(signal, "setitimer"):
             raise RuntimeError("Interrupter needs POSIX interval timers (signal.setitimer).")
         if not interval > 0:
             raise ValueError(f"Interrupter: interval must be > 0 seconds, got {interval!r}.")
         self.dirs = _package_dirs(packages)
+        self._exclude = frozenset(f.__code__ for f in exclude)
         self.interval = float(interval)
         self.armed = False
         self.raised = 0
@@ -97,6 +103,7 @@ class Interrupter:
             and frame is not None
             and frame.f_code.co_filename.startswith(self.dirs)
             and frame.f_code.co_filename != _HERE  # never in the harness's own loop
+            and frame.f_code not in self._exclude
             and not _in_finalizer(frame)
         ):
             self.armed = False
@@ -105,12 +112,20 @@ class Interrupter:
 
     def __enter__(self) -> Interrupter:
         self._old = signal.signal(signal.SIGALRM, self._handler)
-        signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
+        # Another user of the timer (pytest-timeout's signal method) gets it back on exit.
+        self._old_timer = signal.setitimer(signal.ITIMER_REAL, self.interval, self.interval)
+        self._start = time.monotonic()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.armed = False
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        time.sleep(0.001)  # a signal still pending runs this (disarmed) handler, not the old one
         signal.signal(signal.SIGALRM, self._old)
+        delay, interval = self._old_timer
+        if delay > 0:
+            left = max(delay - (time.monotonic() - self._start), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, left, interval)
 
 
 def drain_with_interrupts(

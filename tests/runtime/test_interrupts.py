@@ -1,5 +1,7 @@
 """Ctrl-C inside ``next()`` and then continuing the same iterator (the notebook habit) loses and
-repeats nothing: for ``mp_prefetch``, thread prefetch, ``device_put`` and the ``DataLoader``.
+repeats nothing: for ``mp_prefetch``, thread prefetch, ``device_put``, the ``DataLoader``, and the
+stages running in the caller's thread (map, filter, random_map, map_with_index, batch), where the
+interrupt lands inside the user's function.
 
 Two ways of raising into ``next()``: a real ``SIGALRM`` timer whose handler raises
 ``KeyboardInterrupt`` wherever the main thread is inside grain_core code (once per ``next()`` call,
@@ -18,7 +20,7 @@ import pytest
 
 import grain_core as grain
 from grain_core.runtime import processes, thread_prefetch
-from grain_core.testing import Injector, drain_with_injected, drain_with_interrupts
+from grain_core.testing import Injector, Interrupter, drain_with_injected, drain_with_interrupts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -139,3 +141,122 @@ def test_device_put_with_interrupts_at_the_blocking_point():
 
 if sys.platform == "win32":  # pragma: no cover
     pytest.skip("POSIX signals", allow_module_level=True)
+
+
+# --- stages running in the caller's thread: the interrupt lands inside the user's function ---------
+
+_HERE = sys.modules[__name__]  # interrupts also land in this file's functions (the user code)
+
+
+def _slow(x):
+    a = np.arange(300, dtype=np.float64) + x
+    for _ in range(4):
+        a = np.sqrt(a * a + 1.0)
+    return int(x)
+
+
+def _slow_pred(x):
+    return _slow(x) % 3 != 1
+
+
+def _slow_random(x, rng):
+    return _slow(x) * 1000 + int(rng.integers(0, 1000))
+
+
+def _slow_with_index(i, x):
+    return (i, _slow(x))
+
+
+def _slow_batch_fn(xs):
+    return [_slow(x) for x in xs]
+
+
+_RO0 = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+def _in_caller_pipelines():
+    """(name, factory) of pipelines whose last stages run in the caller's thread, over parents that
+    can move back (kernel stages) and over parents that cannot (batch, thread prefetch)."""
+    src = lambda n: grain.MapDataset.range(n).to_iter_dataset(_RO0)  # noqa: E731
+    thread = lambda n: grain.experimental.ThreadPrefetchIterDataset(src(n), prefetch_buffer_size=4)  # noqa: E731
+    return {
+        "map": lambda: src(400).map(_slow),
+        "map_after_batch": lambda: src(600).batch(3).map(lambda b: [_slow(x) for x in b]),
+        "map_after_thread_prefetch": lambda: thread(400).map(_slow),
+        "filter": lambda: src(400).filter(_slow_pred),
+        "filter_after_thread_prefetch": lambda: thread(400).filter(_slow_pred),
+        "random_map": lambda: src(400).seed(3).random_map(_slow_random),
+        "map_with_index": lambda: src(400).map_with_index(_slow_with_index),
+        "map_filter_batch": lambda: src(600).map(_slow).filter(_slow_pred).batch(4),
+        "batch_fn": lambda: src(600).batch(5, batch_fn=_slow_batch_fn),
+    }
+
+
+def _plain(x):
+    return x.tolist() if isinstance(x, np.ndarray) else x
+
+
+def _drain_interrupted(it, read_chunks):
+    """Reads ``it`` to its end under real interrupts (in grain_core and in this file's user
+    functions); returns the elements and (position, state) pairs taken right after interrupts."""
+    out, states = [], []
+    with Interrupter(packages=(grain, _HERE), exclude=(_drain_interrupted,)) as intr:
+        while True:
+            intr.armed = True
+            try:
+                got = it.next_chunk(7) if read_chunks else [next(it)]
+            except KeyboardInterrupt:
+                intr.armed = False
+                states.append((len(out), it.get_state()))
+                continue
+            except StopIteration:
+                break
+            finally:
+                intr.armed = False
+            out += got
+    assert intr.raised > 0
+    return [_plain(x) for x in out], states
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+@pytest.mark.parametrize("read_chunks", [False, True], ids=["next", "next_chunk"])
+@pytest.mark.parametrize("name", sorted(_in_caller_pipelines()))
+def test_in_caller_stages_keep_the_interrupted_element(name, read_chunks):
+    make = _in_caller_pipelines()[name]
+    expected = [_plain(x) for x in make()]
+    it = iter(make())
+    try:
+        out, states = _drain_interrupted(it, read_chunks)
+    finally:
+        it.close()
+    assert out == expected
+    for pos, state in states[:: max(1, len(states) // 5)]:  # states taken after interrupts
+        again = iter(make())
+        try:
+            again.set_state(state)
+            assert [_plain(x) for x in again] == expected[pos:]
+        finally:
+            again.close()
+
+
+def test_an_exception_in_the_users_function_consumes_its_element():
+    """Grain's behaviour, kept: an ordinary exception propagates and its element is consumed;
+    the iterator goes on with the next one (only interrupts keep the element pending)."""
+
+    def fail_on_3(x):
+        if x == 3:
+            raise ValueError("bad 3")
+        return x
+
+    for parent in (
+        grain.MapDataset.range(8).to_iter_dataset(_RO0),
+        grain.experimental.ThreadPrefetchIterDataset(
+            grain.MapDataset.range(8).to_iter_dataset(_RO0), prefetch_buffer_size=2
+        ),
+    ):
+        it = iter(parent.map(fail_on_3))
+        out = [next(it) for _ in range(3)]
+        with pytest.raises(ValueError, match="bad 3"):
+            next(it)
+        out += list(it)
+        assert out == [0, 1, 2, 4, 5, 6, 7]
