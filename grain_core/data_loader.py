@@ -512,22 +512,19 @@ class DataLoaderIterator:
                 f"sampler in dataloader: {loader.sampler!r}"
             )
         so = loader._shard_options
-        indices = _grain_states.dataloader_next_indices(
-            state, worker_count=loader.worker_count, shard_index=so.shard_index,
-            shard_count=so.shard_count,
-        )
-        if loader.worker_count:
-            raise _state.StateMismatchError(
-                "Restoring a Grain DataLoader state saved with worker_count > 0 is not supported "
-                "yet; restore it into a DataLoader with worker_count=0 (the element order differs) "
-                "or start the grain_core loader from its own checkpoint."
-            )
-        position = indices[0]
-        if loader._map_batch_size:
-            position = -(-position // loader._map_batch_size)
+        shards = {"shard_index": so.shard_index, "shard_count": so.shard_count}
         if self._it is None:
             self._open()
         assert self._it is not None
+        if loader.worker_count:
+            self._it.set_state(
+                _grain_states.dataloader_mp_state(state, worker_count=loader.worker_count, **shards)
+            )
+            return
+        indices = _grain_states.dataloader_next_indices(state, worker_count=0, **shards)
+        position = indices[0]
+        if loader._map_batch_size:
+            position = -(-position // loader._map_batch_size)
         self._it.set_state({"next_index": position})
 
     def start_prefetch(self) -> None:

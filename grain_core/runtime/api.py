@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from grain_core import grain_states as _grain_states
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset
 from grain_core.options import MultiprocessingOptions
@@ -970,6 +971,10 @@ class RoundRobinConsumer(DatasetIterator):
     def set_state(self, state: dict[str, Any]) -> None:
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        if _grain_states.is_grain_mp_state(state):  # saved by Grain's mp_prefetch iterator
+            state = _grain_states.from_grain_mp_state(
+                state, [self.template(i) for i in range(self._k)]
+            )
         state = elastic.adapt_state(self, state)
         _state.expect_state(
             state, STATE_KIND, ("num_workers", "next_worker", "workers"), num_workers=self._k
