@@ -44,7 +44,8 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
-from grain_core.dataset.sharing import claim_worker_share
+from grain_core.dataset.sequential import contiguous_share
+from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
 from grain_core.options import DatasetOptions, ReadOptions
 
 _MIN_CHUNK_SECONDS = 0.002
@@ -139,7 +140,10 @@ class PrefetchIterDataset(IterDataset):
     def __iter__(self) -> PrefetchDatasetIterator:
         it = PrefetchDatasetIterator(self._map_ds, self.read_options, self.allow_nones)
         share = claim_worker_share()
-        if share is not None:
+        if share is not None and sequential_worker_share():
+            if share[1] > 1:  # one worker reads everything, as in Grain
+                it.set_dataset(contiguous_share(self._map_ds, *share))
+        elif share is not None:
             it.set_slice(slice(share[0], None, share[1]))
         return it
 
@@ -190,8 +194,13 @@ class PrefetchDatasetIterator(DatasetIterator):
 
     def set_slice(self, sl: slice) -> None:
         """Restricts this iterator to ``ds[sl]``; only valid before the first element is read."""
+        self.set_dataset(self._full_ds.slice(sl))
+
+    def set_dataset(self, ds: MapDataset) -> None:
+        """Reads ``ds`` (a share of the dataset, e.g. a worker's sequential slice) instead; only
+        valid before the first element is read."""
         self._cancel_pending()
-        self._configure(self._full_ds.slice(sl))
+        self._configure(ds)
 
     # --- reading ----------------------------------------------------------------------------------
 

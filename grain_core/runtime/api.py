@@ -252,6 +252,8 @@ class WorkerJob:
     buffer_size: int
     environment: WorkerEnvironment
     profiling: bool = False
+    #: Workers read contiguous blocks of the sources (``mp_prefetch(sequential_slice=True)``).
+    sequential_slice: bool = False
 
     @classmethod
     def create(
@@ -260,6 +262,8 @@ class WorkerJob:
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None = None,
         stats_hook: Callable[[Any], tuple[Any, Callable[[], Any]]] | None = None,
+        *,
+        sequential_slice: bool = False,
     ) -> WorkerJob:
         """``stats_hook(dataset) -> (iterator, report)`` replaces ``iter(dataset)`` in the workers
         when statistics are collected (``grain_core.stats``); ``report()`` is sent before each
@@ -273,6 +277,7 @@ class WorkerJob:
             buffer_size=options.per_worker_buffer_size,
             environment=WorkerEnvironment.capture(),
             profiling=options.enable_profiling,
+            sequential_slice=sequential_slice,
         )
 
 
@@ -485,7 +490,7 @@ class WorkerLoop:
         from grain_core.dataset.sharing import worker_share
 
         count = self.job.worker_count
-        with worker_share(self.index, count) as share:
+        with worker_share(self.index, count, sequential=self.job.sequential_slice) as share:
             if stats_hook is not None:
                 it, self.stats_report = stats_hook(ds)
             else:
@@ -1051,6 +1056,11 @@ class RoundRobinConsumer(DatasetIterator):
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         templates = [self.template(i) for i in range(self._k)]
         problem = next((p for p in self._elastic_problems if p is not None), None)
+        if self._job.sequential_slice:
+            problem = (
+                "its workers read contiguous slices of the sources (sequential_slice=True), and "
+                "what each worker reads depends on the worker count."
+            )
         if problem is None and any(t is None for t in templates):
             problem = "a worker could not build its pipeline (its error is raised at next())."
         return elastic.worker_target(self._parent_ds, templates, problem)
