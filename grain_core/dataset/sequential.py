@@ -103,6 +103,11 @@ def _rebuild(ds: MapDataset, index: int, count: int, memo: dict[int, MapDataset]
             raise ValueError(_refusal(ds, "it was not created by calling its class"))
         mapping = {id(p): _rebuild(p, index, count, memo) for p in parents}
         args, kwargs = call
+        named = _datasets_in(call, [])
+        if len(named) == len(parents):
+            # A copy of a stage (e.g. grain_core.stats' instrumented copy) keeps the constructor
+            # call of the original: its datasets stand, in order, for the copy's parents.
+            mapping.update({id(d): mapping[id(p)] for d, p in zip(named, parents)})
         try:
             new = type(ds)(
                 *_substitute(args, mapping), **{k: _substitute(v, mapping) for k, v in kwargs.items()}
@@ -113,6 +118,20 @@ def _rebuild(ds: MapDataset, index: int, count: int, memo: dict[int, MapDataset]
             raise ValueError(_refusal(ds, "its parents are not among its constructor arguments"))
     memo[id(ds)] = new
     return new
+
+
+def _datasets_in(value: Any, found: list[MapDataset]) -> list[MapDataset]:
+    """The ``MapDataset`` instances in ``value`` (lists, tuples, dicts), in order, each once."""
+    if isinstance(value, MapDataset):
+        if all(d is not value for d in found):
+            found.append(value)
+    elif type(value) in (list, tuple):
+        for v in value:
+            _datasets_in(v, found)
+    elif type(value) is dict:
+        for v in value.values():
+            _datasets_in(v, found)
+    return found
 
 
 def _substitute(value: Any, mapping: Mapping[int, MapDataset]) -> Any:
