@@ -76,6 +76,13 @@ DATALOADER_WORKERS = [
         "operations=[DropThirds()], worker_count=2)",
     ),
     _loader(
+        "uneven_shares_3_workers",
+        4,
+        "gp.DataLoader(data_source=gp.RangeDataSource(0, 11, 1), sampler=gp.IndexSampler("
+        "num_records=11, shard_options=gp.NoSharding(), shuffle=True, num_epochs=1, seed=2), "
+        "operations=[gp.Batch(2)], worker_count=3)",
+    ),
+    _loader(
         "first_step_2_workers",
         0,
         "gp.DataLoader(data_source=gp.RangeDataSource(0, 9, 1), sampler=gp.IndexSampler("
@@ -102,6 +109,18 @@ MP_PREFETCH = [
         "one_worker_ahead_of_the_other",
         4,
         "grain.MapDataset.range(5).to_iter_dataset()"
+        ".mp_prefetch(grain.MultiprocessingOptions(num_workers=2))",
+    ),
+    _dataset(
+        "filter_2_workers",
+        5,
+        "grain.MapDataset.range(20).filter(lambda x: x % 3 != 0).to_iter_dataset()"
+        ".mp_prefetch(grain.MultiprocessingOptions(num_workers=2))",
+    ),
+    _dataset(
+        "one_worker_exhausted",
+        6,
+        "grain.MapDataset.range(9).filter(lambda x: x < 5 or x % 2 == 0).to_iter_dataset()"
         ".mp_prefetch(grain.MultiprocessingOptions(num_workers=2))",
     ),
     _dataset(
@@ -133,6 +152,12 @@ SEQUENTIAL_SLICE = [
         2,
         "grain.MapDataset.source(list('abcdefg')).to_iter_dataset()"
         ".mp_prefetch(grain.MultiprocessingOptions(num_workers=2), sequential_slice=True)",
+    ),
+    _dataset(
+        "seq_more_workers_than_elements",
+        1,
+        "grain.MapDataset.source(list('abc')).to_iter_dataset()"
+        ".mp_prefetch(grain.MultiprocessingOptions(num_workers=4), sequential_slice=True)",
     ),
     _dataset(
         "seq_repeat_shuffle_2_workers",
