@@ -90,10 +90,18 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
     kind = ours.get("kind")
     if kind is None:  # a user-written (Grain-style) iterator: its state is already its own
         return dict(grain)
-    if kind == MP_PREFETCH_KIND and is_grain_mp_state(grain):
-        # Translated by the mp_prefetch iterator itself (from_grain_mp_state): only it knows the
-        # states of its workers' pipelines.
-        return dict(grain)
+    if is_grain_mp_state(grain):
+        if kind == MP_PREFETCH_KIND:
+            # Translated by the mp_prefetch iterator itself (from_grain_mp_state): only it knows
+            # the states of its workers' pipelines.
+            return dict(grain)
+        if not isinstance(ours.get("parent"), Mapping):
+            k = len(grain.get("iterators_in_use_states") or ())
+            raise StateMismatchError(
+                f"{path}: this Grain state was saved by mp_prefetch with num_workers={k}, but the "
+                f"grain_core pipeline reads in process here ({kind!r}). Restore it into the same "
+                f"pipeline with .mp_prefetch(MultiprocessingOptions(num_workers={k}))."
+            )
     if kind == "PrefetchDatasetIterator":
         if "next_index" not in grain:
             raise _unknown(grain, kind, path)

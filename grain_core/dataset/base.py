@@ -638,9 +638,10 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
                 try:
                     state = _grain_states.from_grain_state(state, template)
                 except _state.StateMismatchError:
+                    if _grain_states.is_grain_mp_state(state):
+                        raise  # no stage reads Grain's mp_prefetch states itself
                     # Not a shape grain_states knows: stages that read Grain states themselves
                     # (ElasticIterator, ...) get it as it is; the others refuse it below.
-                    pass
         if getattr(_rollback, "armed", False):
             set_state(self, state)
             return

@@ -110,3 +110,18 @@ def test_grain_mp_prefetch_state_of_another_pipeline_is_refused():
         assert it.get_state() == before
     finally:
         it.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, None])
+def test_grain_mp_prefetch_state_into_an_in_process_pipeline_is_refused(num_workers):
+    record = next(r for r in _recorded("mp_prefetch") if r["name"] == "map_2_workers")
+    ds = grain.MapDataset.range(10).map(lambda x: x * 10).to_iter_dataset()
+    if num_workers is not None:
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+    it = iter(ds)
+    assert cases.take(it, 2) == [0, 10]
+    before = it.get_state()
+    with pytest.raises(StateMismatchError, match=r"num_workers=2.*mp_prefetch\(Multiprocessing"):
+        it.set_state(record["state"])
+    assert it.get_state() == before
+    assert cases.rest(it) == [20, 30, 40, 50, 60, 70, 80, 90]
