@@ -82,3 +82,16 @@ def test_grain_checkpoint_of_another_pipeline_is_refused_unchanged(tmp_path):
         assert it.get_state() == before
     finally:
         it.close()
+
+
+def test_handler_restores_grains_item_directory(tmp_path):
+    name = "dataloader_no_workers"
+    record = RECORDED[name]
+    directory = _copy(name, tmp_path) / str(record["steps"]) / "iter"
+    it = iter(cases.build(_case(name), grain, gp, np))
+    try:
+        handler = gp.PyGrainCheckpointHandler()
+        assert handler.restore(directory, args=gp.PyGrainCheckpointRestore(it)) is it
+        assert cases.rest(it) == record["after"]
+    finally:
+        it.close()
