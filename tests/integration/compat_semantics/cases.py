@@ -253,6 +253,58 @@ PACKING = [
     f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_EX)}, length_struct={{'tokens': 6, 'index': 2}}, num_packing_bins=2, shuffle_bins=False)",
 ]
 
+# Many rounds: lengths drawn from a fixed list, so later rounds' bin orders (seeded with the rows
+# yielded so far) are compared; the state cases save mid-round and at a round's end and restore.
+_LENS = "[3, 1, 4, 1, 5, 2, 6, 5, 3, 5, 1, 2, 4, 6, 2, 3, 1, 1, 6, 4, 2, 2, 5, 3, 1]"
+_ROUNDS_SRC = (
+    "grain.MapDataset.source([{'t': np.arange(1, 1 + n) + 10 * i, 'g': np.full(n, i % 3 + 1)} "
+    f"for i, n in enumerate({_LENS})]).to_iter_dataset()"
+)
+
+
+def _pack(cls: str, args: str) -> str:
+    return f"grain.experimental.{cls}({_ROUNDS_SRC}, {args})"
+
+
+def _pack_restore(make: str, steps: int) -> str:
+    """Saves the state after ``steps`` rows, restores it into a fresh iterator, reads to the end."""
+    return (
+        f"def make():\n    return {make}\n"
+        f"it = iter(make())\nhead = [next(it) for _ in range({steps})]\n"
+        "it2 = iter(make())\nit2.set_state(it.get_state())\n"
+        "result = {'head': head, 'rest': list(it2), 'same': [r['t'].tolist() for r in it]}"
+    )
+
+
+def _ls(n: int, *features: str) -> str:
+    return "length_struct={" + ", ".join(f"'{f}': {n}" for f in features) + "}"
+
+
+PACKING_ROUNDS = [
+    "result = [r['t'] for r in " + _pack(cls, _ls(n, "t") + f", num_packing_bins={b}, seed={s}") + "]"
+    for cls in ("FirstFitPackIterDataset", "BestFitPackIterDataset")
+    for n, b in ((6, 2), (7, 3), (8, 4))
+    for s in (0, 1, 7, 123456)
+] + [
+    f"result = {_pack('FirstFitPackIterDataset', _ls(6, 't', 'g') + ', num_packing_bins=3, seed=2')}",
+    "result = " + _pack(
+        "FirstFitPackIterDataset",
+        _ls(7, "t", "g") + ", num_packing_bins=4, seed=5, shuffle_bins_group_by_feature='g'",
+    ),
+    "result = " + _pack(
+        "BestFitPackIterDataset", _ls(8, "t") + ", num_packing_bins=3, seed=3, max_sequences_per_bin=2"
+    ),
+    f"result = [r['t'] for r in {_pack('FirstFitPackIterDataset', _ls(6, 't') + ', num_packing_bins=3')}]",
+    "result = [r['t'] for r in grain.experimental.FirstFitPackIterDataset("
+    "grain.MapDataset.source([{'t': np.full(3, i + 1)} for i in range(30)]).to_iter_dataset(), "
+    "length_struct={'t': 4}, num_packing_bins=3, seed=0)]",
+] + [
+    _pack_restore(_pack("FirstFitPackIterDataset", _ls(7, "t") + f", num_packing_bins=3, seed={s}"), k)
+    for s, k in ((0, 1), (0, 3), (9, 5), (9, 8))
+] + [
+    _pack_restore(_pack("BestFitPackIterDataset", _ls(8, "t") + ", num_packing_bins=4, seed=11"), 6),
+]
+
 _PQ = (
     "import os, tempfile\nimport pyarrow as pa, pyarrow.parquet as pq\n"
     "d = tempfile.mkdtemp()\npaths = []\n"
@@ -277,5 +329,6 @@ GROUPS = {
     "data_loader_states": LOADER_STATES,
     "dataset_states": DATASET_STATES,
     "packing": PACKING,
+    "packing_rounds": PACKING_ROUNDS,
     "parquet": PARQUET,
 }
