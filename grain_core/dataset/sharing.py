@@ -17,7 +17,13 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-__all__ = ["WorkerShare", "claim_worker_share", "no_worker_share", "worker_share"]
+__all__ = [
+    "WorkerShare",
+    "claim_worker_share",
+    "current_worker",
+    "no_worker_share",
+    "worker_share",
+]
 
 
 class WorkerShare:
@@ -66,3 +72,11 @@ def claim_worker_share() -> tuple[int, int] | None:
         return None
     share.claimed = True
     return share.index, share.count
+
+
+def current_worker() -> tuple[int, int] | None:
+    """``(index, count)`` of the worker whose iterator is being created now (outside
+    :func:`no_worker_share`), else None; unlike :func:`claim_worker_share` it takes nothing. Grain's
+    ``random_map`` reads the same context (its ``mp_context``) to number elements across workers."""
+    share = _SHARE.get()
+    return None if share is None else (share.index, share.count)

@@ -305,6 +305,26 @@ PACKING_ROUNDS = [
     _pack_restore(_pack("BestFitPackIterDataset", _ls(8, "t") + ", num_packing_bins=4, seed=11"), 6),
 ]
 
+# random_map under mp_prefetch: worker w of K numbers the elements it maps w, w + K, ... (Grain's
+# mp_context); filter and batch before random_map make a worker's count differ from the position.
+_RM = "lambda x, rng: (x, int(rng.integers(0, 10**6)))"
+_MP = ".mp_prefetch(grain.MultiprocessingOptions(num_workers={w}))"
+RANDOM_MAP_WORKERS = [
+    f"result = grain.MapDataset.range({n}).to_iter_dataset(){pre}.random_map({_RM}, seed={s})"
+    + (_MP.format(w=w) if w else "")
+    for n, pre, s in (
+        (9, "", 3),
+        (20, ".filter(lambda x: x % 3)", 0),
+        (13, ".batch(2).map(lambda b: b.tolist())", 7),
+    )
+    for w in (0, 1, 2, 3)
+] + [
+    f"result = grain.MapDataset.range(12).seed(5).to_iter_dataset().random_map({_RM})"
+    + _MP.format(w=2),
+    f"result = grain.MapDataset.range(10).to_iter_dataset().random_map({_RM}, seed=1)"
+    f".random_map({_RM}, seed=2)" + _MP.format(w=3),
+]
+
 _PQ = (
     "import os, tempfile\nimport pyarrow as pa, pyarrow.parquet as pq\n"
     "d = tempfile.mkdtemp()\npaths = []\n"
@@ -330,5 +350,6 @@ GROUPS = {
     "dataset_states": DATASET_STATES,
     "packing": PACKING,
     "packing_rounds": PACKING_ROUNDS,
+    "random_map_workers": RANDOM_MAP_WORKERS,
     "parquet": PARQUET,
 }
