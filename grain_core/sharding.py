@@ -9,11 +9,14 @@ read.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 
 from grain_core.validation import check_int
 
 __all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "shard_bounds"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +47,19 @@ class ShardOptions:
         object.__setattr__(self, "drop_remainder", bool(self.drop_remainder))
 
     def bounds(self, num_records: int) -> tuple[int, int]:
-        """The ``[start, end)`` record range of this shard out of ``num_records``."""
-        return shard_bounds(num_records, self.shard_index, self.shard_count, self.drop_remainder)
+        """The ``[start, end)`` record range of this shard out of ``num_records``. With
+        ``drop_remainder`` and records left over, logs Grain's warning ``"Dropping N examples of M
+        examples (shard i)."`` (logger ``grain_core.sharding``)."""
+        bounds = shard_bounds(num_records, self.shard_index, self.shard_count, self.drop_remainder)
+        unused = num_records % self.shard_count
+        if self.drop_remainder and unused:  # logged, as Grain's even_split does
+            _log.warning(
+                "Dropping %d examples of %d examples (shard %d).",
+                unused,
+                num_records,
+                self.shard_index,
+            )
+        return bounds
 
 
 class NoSharding(ShardOptions):
