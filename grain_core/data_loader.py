@@ -271,6 +271,11 @@ class DataLoader:
             )
         self._operations = _check_operations(operations)
         worker_count = 0 if worker_count is None else worker_count
+        if isinstance(worker_count, int) and worker_count < 0:  # Grain's wording
+            raise ValueError(
+                "Worker count should be greater than or equal zero. Current worker_count is "
+                f"{worker_count}; pass 0 to read in this process."
+            )
         self._mp_options = MultiprocessingOptions(
             num_workers=worker_count,
             per_worker_buffer_size=worker_buffer_size,

@@ -62,9 +62,14 @@ class MultiprocessingOptions:
 
     def __post_init__(self):
         _non_negative_int("MultiprocessingOptions", "num_workers", self.num_workers)
-        check_int(
-            self.per_worker_buffer_size, "MultiprocessingOptions.per_worker_buffer_size", minimum=1
+        size = check_int(
+            self.per_worker_buffer_size, "MultiprocessingOptions.per_worker_buffer_size", minimum=None
         )
+        if size <= 0:  # Grain's wording
+            raise ValueError(
+                f"`buffer_size` must be greater than 0, got {size} "
+                "(MultiprocessingOptions.per_worker_buffer_size)."
+            )
 
 
 class ExecutionTrackingMode(enum.Enum):

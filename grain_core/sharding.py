@@ -37,10 +37,17 @@ class ShardOptions:
     def __post_init__(self):
         owner = type(self).__name__
         index = check_int(self.shard_index, f"{owner}.shard_index", minimum=None)
-        count = check_int(self.shard_count, f"{owner}.shard_count", minimum=1)
+        count = check_int(self.shard_count, f"{owner}.shard_count", minimum=None)
+        if count <= 0:  # Grain's wording first
+            raise ValueError(
+                f"Number of shards must be a positive integer but got {count} "
+                f"({owner}.shard_count must be positive, got {count})."
+            )
         if not 0 <= index < count:
             raise ValueError(
-                f"{owner}.shard_index must be in [0, shard_count={count}), got {index}."
+                f"Shard shard_index must be in [0, shard_count - 1], shard_count was {count} and "
+                f"shard_index was {index} ({owner}.shard_index must be in [0, shard_count={count}), "
+                f"got {index})."
             )
         object.__setattr__(self, "shard_index", index)
         object.__setattr__(self, "shard_count", count)

@@ -920,7 +920,7 @@ class RepeatIterDataset(_OneParentIterDataset):
     def __init__(self, parent: IterDataset, num_epochs: int | None = None):
         super().__init__(parent)
         self._epochs = None if num_epochs is None else check_int(
-            num_epochs, "RepeatIterDataset num_epochs (or None)", minimum=1
+            num_epochs, "RepeatIterDataset: num_epochs", minimum=1
         )
 
     def __iter__(self):

@@ -425,8 +425,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         )
         index = int(state["next_index"])
         if index < 0 or index > self._len:
-            raise _state.StateMismatchError(
-                f"next_index={index} is outside this dataset of length {self._len}."
+            raise _state.StateOutOfRangeError(
+                f"Checkpoint `next_index` {index} is out of range for dataset of length "
+                f"{self._len}. The state comes from another (longer) pipeline or was altered."
             )
         self._cancel_pending()
         self._next_index = index

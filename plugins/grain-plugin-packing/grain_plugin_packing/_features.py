@@ -126,8 +126,15 @@ class FeatureSpec:
             have = set(got)
             missing = sorted(path_name(p) for p in want - have)
             extra = sorted(path_name(p) for p in have - want)
+            grain_phrase = (
+                ""
+                if self.drop_extra
+                else f"Parent element has structure {sorted(map(path_name, got))} but target "
+                f"sequence length is {self.template}. There must be a sequence length for each "
+                "feature. "
+            )
             raise ValueError(
-                f"{self.owner}: element features do not match length_struct: "
+                f"{grain_phrase}{self.owner}: element features do not match length_struct: "
                 f"missing {missing}, not in length_struct {extra}."
             )
         out = []

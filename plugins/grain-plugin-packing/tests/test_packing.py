@@ -712,7 +712,7 @@ def test_alignment_and_group_by_checkpoints(name):
 
 def test_alignment_and_group_by_bad_inputs():
     FF = grain.experimental.FirstFitPackIterDataset
-    with pytest.raises(ValueError, match=r"pack_alignment_struct\[a\] must be a positive int"):
+    with pytest.raises(ValueError, match=r"pack_alignment_struct\[a\] must be positive"):
         FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"a": 0})
     with pytest.raises(TypeError, match="pack_alignment_struct"):
         FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"a": 2.0})
