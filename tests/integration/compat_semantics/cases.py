@@ -325,6 +325,64 @@ RANDOM_MAP_WORKERS = [
     f".random_map({_RM}, seed=2)" + _MP.format(w=3),
 ]
 
+# Custom legacy Operations in DataLoader(operations=[...]): callables over an iterator of Records.
+_OPS_PRELUDE = (
+    "import importlib\n"
+    "gp = importlib.import_module(grain.__name__ + '.python')\n"
+    "class PairSum:\n"
+    "    def __call__(self, input_iterator):\n"
+    "        prev = None\n"
+    "        for r in input_iterator:\n"
+    "            if prev is None:\n"
+    "                prev = r\n"
+    "            else:\n"
+    "                yield gp.Record(r.metadata.remove_record_key(), prev.data + r.data)\n"
+    "                prev = None\n"
+    "class Meta:\n"
+    "    def __call__(self, input_iterator):\n"
+    "        for r in input_iterator:\n"
+    "            rng = None if r.metadata.rng is None else int(r.metadata.rng.integers(1000))\n"
+    "            yield gp.Record(r.metadata, (r.metadata.index, r.metadata.record_key, rng, np.asarray(r.data).tolist()))\n"
+    "class Twice(gp.MapTransform):\n"
+    "    def map(self, x):\n"
+    "        return x * 2\n"
+    "class Odd(gp.FilterTransform):\n"
+    "    def filter(self, x):\n"
+    "        return x % 2 == 1\n"
+    "class Dup:\n"
+    "    def __call__(self, input_iterator):\n"
+    "        for r in input_iterator:\n"
+    "            if r.data % 3:\n"
+    "                yield r\n"
+    "                yield gp.Record(r.metadata.remove_record_key(), -r.data)\n"
+)
+
+
+def _ops_loader(n: int, sampler: str, ops: str, workers: int = 0) -> str:
+    return (
+        _OPS_PRELUDE
+        + f"result = list(gp.DataLoader(data_source=list(range({n})), sampler={sampler}, "
+        f"operations={ops}, worker_count={workers}))"
+    )
+
+
+_SEQ = "gp.IndexSampler({n}, gp.NoSharding(), shuffle=False, num_epochs=1)"
+_SHUF = "gp.IndexSampler({n}, gp.NoSharding(), shuffle=True, num_epochs=2, seed=4)"
+LEGACY_OPERATIONS = [
+    _ops_loader(10, _SEQ.format(n=10), "[PairSum()]"),
+    _ops_loader(11, _SEQ.format(n=11), "[Twice(), PairSum(), gp.Batch(2)]"),
+    _ops_loader(8, _SHUF.format(n=8), "[Meta()]"),
+    _ops_loader(8, _SHUF.format(n=8), "[Twice(), Meta()]"),
+    _ops_loader(12, _SEQ.format(n=12), "[gp.Batch(3), Meta()]"),
+    _ops_loader(12, _SEQ.format(n=12), "[Odd(), PairSum()]"),
+    _ops_loader(9, _SEQ.format(n=9), "[Dup(), gp.Batch(2)]"),
+    _ops_loader(9, _SEQ.format(n=9), "[gp.MapOperation(lambda x: x + 1), gp.FilterOperation(lambda x: x % 2), PairSum()]"),
+    _ops_loader(10, "gp.IndexSampler(10, gp.ShardOptions(1, 2), shuffle=True, num_epochs=1, seed=3)", "[Meta()]"),
+    _ops_loader(12, _SEQ.format(n=12), "[PairSum()]", workers=2),
+    _ops_loader(12, _SEQ.format(n=12), "[Meta(), gp.Batch(2)]", workers=2),
+    _ops_loader(14, _SEQ.format(n=14), "[Twice(), PairSum(), gp.Batch(2)]", workers=3),
+]
+
 _PQ = (
     "import os, tempfile\nimport pyarrow as pa, pyarrow.parquet as pq\n"
     "d = tempfile.mkdtemp()\npaths = []\n"
@@ -351,5 +409,6 @@ GROUPS = {
     "packing": PACKING,
     "packing_rounds": PACKING_ROUNDS,
     "random_map_workers": RANDOM_MAP_WORKERS,
+    "legacy_operations": LEGACY_OPERATIONS,
     "parquet": PARQUET,
 }
