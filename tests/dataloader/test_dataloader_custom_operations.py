@@ -28,8 +28,8 @@ class PairSum:
                 prev = None
 
 
-class Tag:
-    """Pairs each element with its record's sampler index and record key."""
+class Tag(gp.Operation):
+    """Pairs each element with its record's sampler index and record key (a subclass of Operation)."""
 
     def __call__(self, input_iterator):
         for r in input_iterator:
