@@ -20,6 +20,7 @@ from collections.abc import Iterator
 __all__ = [
     "WorkerShare",
     "claim_worker_share",
+    "current_worker",
     "no_worker_share",
     "sequential_worker_share",
     "worker_share",
@@ -84,3 +85,11 @@ def sequential_worker_share() -> bool:
     strided share (as Grain's interleave does)."""
     share = _SHARE.get()
     return share is not None and share.sequential
+
+
+def current_worker() -> tuple[int, int] | None:
+    """``(index, count)`` of the worker whose iterator is being created now (outside
+    :func:`no_worker_share`), else None; unlike :func:`claim_worker_share` it takes nothing. Grain's
+    ``random_map`` reads the same context (its ``mp_context``) to number elements across workers."""
+    share = _SHARE.get()
+    return None if share is None else (share.index, share.count)

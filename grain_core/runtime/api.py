@@ -498,7 +498,8 @@ class WorkerLoop:
         if not share.claimed and count > 1:
             it.close()
             raise ValueError(
-                f"mp_prefetch with {count} workers: no stage of this pipeline can read a "
+                f"Cannot slice `IterDataset` source. mp_prefetch with {count} workers: no "
+                "stage of this pipeline can read a "
                 "share of its input, so every worker would produce every element. Put a "
                 "MapDataset.to_iter_dataset() (or a plugin stage that splits its input, such as "
                 "InterleaveIterDataset) upstream of mp_prefetch."

@@ -81,7 +81,8 @@ class _MultithreadIterator(DatasetIterator):
                     if not share.claimed:
                         it.close()
                         raise ValueError(
-                            "multithread_prefetch cannot split this pipeline between threads: no "
+                            "Cannot slice `IterDataset` source. multithread_prefetch cannot "
+                            "split this pipeline between threads: no "
                             "stage reads a share of its input (it needs a MapDataset read by "
                             "to_iter_dataset, or a stage such as interleave)."
                         )
