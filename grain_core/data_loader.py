@@ -74,10 +74,43 @@ def default_read_options(worker_count: int = 0) -> ReadOptions:
 
 
 def _sampler_len(sampler: Any) -> int:
+    """The sampler's length; for a sampler without ``__len__`` (Grain's ``Sampler`` protocol,
+    which ends an epoch by raising ``IndexError``), see :func:`_sampler_end`."""
     try:
         return len(sampler)
     except TypeError:
-        return sys.maxsize
+        return _sampler_end(sampler)
+
+
+def _sampler_end(sampler: Any) -> int:
+    """The first index at which ``sampler[index]`` raises ``IndexError`` (``sys.maxsize`` if none
+    does below it): where Grain's DataLoader ends the epoch. A sampler is deterministic random
+    access, so the end is found by doubling then bisecting, in about ``2 * log2(end)`` calls."""
+
+    def has(index: int) -> bool:
+        try:
+            sampler[index]
+        except IndexError:
+            return False
+        return True
+
+    if not has(0):
+        return 0
+    known, step = 0, 1
+    while True:
+        probe = known + step
+        if probe >= sys.maxsize:
+            return sys.maxsize
+        if not has(probe):
+            break
+        known, step = probe, step * 2
+    while probe - known > 1:
+        middle = (known + probe) // 2
+        if has(middle):
+            known = middle
+        else:
+            probe = middle
+    return probe
 
 
 def _sampler_index(positions: np.ndarray, shard_options: ShardOptions) -> np.ndarray:

@@ -23,8 +23,6 @@ Known differences: each is a strict xfail, applied only while a probe shows the 
 * ``small_sampler``: ``DataLoader`` refuses an ``IndexSampler`` with fewer records than the source,
   which the DataLoader guide does on purpose (Grain reads the first ``num_records``).
 * ``parquet_paths``: ``ParquetIterDataset`` refuses a list of paths (Grain interleaves the files).
-* ``unsized_sampler``: a ``DataLoader`` over a custom sampler that has only ``__getitem__`` (Grain's
-  ``Sampler`` protocol) raises the sampler's ``IndexError`` at its end; Grain ends the epoch there.
 
 Iterator states are compared on Grain's fields: grain_core's states hold Grain's fields with the
 same values plus validation fields (``kind``, ``fingerprint``, ``length``, ``stages``; see
@@ -109,23 +107,6 @@ def _parquet_paths_accepted(tmp: pathlib.Path) -> bool:
     return sorted(row["x"] for row in ds) == [1, 1, 2, 2]
 
 
-class _UnsizedSampler:
-    def __getitem__(self, index):
-        if index >= 3:
-            raise IndexError(index)
-        return grain_core.RecordMetadata(index=index, record_key=index, rng=None)
-
-
-def _unsized_sampler_ends() -> bool:
-    loader = grain_core.DataLoader(
-        data_source=list(range(5)), sampler=_UnsizedSampler(), shard_options=grain_core.NoSharding()
-    )
-    try:
-        return list(loader) == [0, 1, 2]
-    except IndexError:
-        return False
-
-
 @functools.cache
 def _probes() -> dict[str, bool]:
     import tempfile
@@ -138,7 +119,6 @@ def _probes() -> dict[str, bool]:
             "small_sampler": _small_sampler_accepted(),
             "worker_batching": _worker_batching_matches(),
             "parquet_paths": _parquet_paths_accepted(pathlib.Path(tmp)),
-            "unsized_sampler": _unsized_sampler_ends(),
         }
 
 
@@ -152,8 +132,6 @@ REASONS = {
     "(Grain reads the first 5); the script stops there",
     "parquet_paths": "ParquetIterDataset refuses a list of paths (Grain interleaves the files); "
     "the script stops there",
-    "unsized_sampler": "DataLoader over a sampler without __len__ raises the sampler's IndexError at "
-    "its end (Grain ends the epoch there); the script stops there",
 }
 
 # (script, key) -> the causes that make grain_core's value differ today.
@@ -207,9 +185,8 @@ _known(
 _known("dataset_advanced", ["map_mix_all", "iter_mix_ids", "repeat_mix_ids"], "mix_order")
 _known("dataset_advanced", ["shuffled_repeat_mix_ids"], "shuffle_order", "mix_order")
 _known("dataset_advanced", ["hierarchical_first_5", "hierarchical_rest"], "window_shuffle_order")
-_known("maxtext_pipeline", ["custom_sampler_loader"], "unsized_sampler")
 _known("maxtext_pipeline", ["dataloader_host0_batches", "dataloader_host1_batches"], "worker_batching")
-STOPPING = ("small_sampler", "parquet_paths", "unsized_sampler")
+STOPPING = ("small_sampler", "parquet_paths")
 
 
 def _marks(script: str, key: str):
