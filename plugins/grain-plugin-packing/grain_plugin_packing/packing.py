@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core import seeds as _seeds
 from grain_core import state as _state
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.state import StateField
@@ -97,11 +96,8 @@ class _PackIterDataset(OneParentIterDataset):
             else _positive(max_sequences_per_bin, f"{name}: max_sequences_per_bin")
         )
         self._shuffle = bool(shuffle_bins)
-        # Grain's packers default to seed 0; a ``seed()`` upstream (which Grain's packers ignore)
-        # still seeds ours when ``seed`` is left out (docs/differences.md).
-        if seed is None and _seeds.default_seed(self) is None:
-            seed = 0
-        self._seed = self.resolve_seed(seed)
+        # As Grain's packers: ``seed`` defaults to 0; a ``seed()`` upstream does not seed them.
+        self._seed = self.resolve_seed(0 if seed is None else seed)
 
     def __iter__(self):
         return _PackIterator(self)

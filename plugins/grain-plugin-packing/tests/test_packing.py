@@ -140,21 +140,23 @@ def test_checkpoints(name, bins):
     testing.check_deterministic(lambda: _pack(name, docs, num_packing_bins=bins, seed=5))
 
 
-def test_seed_from_pipeline():
+def test_seed_defaults_to_zero_and_ignores_an_upstream_seed():
+    """As Grain's packers: ``seed`` defaults to 0, a ``seed()`` upstream does not change the bin
+    order, an explicit ``seed`` does."""
+
+    def ids(upstream, **kw):
+        ds = grain.experimental.FirstFitPackIterDataset(
+            _src(docs).seed(upstream),
+            length_struct={"inputs": 16, "targets": 16, "id": 4},
+            num_packing_bins=4,
+            meta_features=("id",),
+            **kw,
+        )
+        return [r["id"].tolist() for r in ds]
+
     docs = _docs()
-    a = grain.experimental.FirstFitPackIterDataset(
-        _src(docs).seed(1),
-        length_struct={"inputs": 16, "targets": 16, "id": 4},
-        num_packing_bins=4,
-        meta_features=("id",),
-    )
-    b = grain.experimental.FirstFitPackIterDataset(
-        _src(docs).seed(2),
-        length_struct={"inputs": 16, "targets": 16, "id": 4},
-        num_packing_bins=4,
-        meta_features=("id",),
-    )
-    assert [r["id"].tolist() for r in a] != [r["id"].tolist() for r in b]
+    assert ids(1) == ids(2) == ids(7, seed=0)
+    assert ids(1, seed=3) == ids(2, seed=3) != ids(1)
 
 
 def test_bad_inputs():
