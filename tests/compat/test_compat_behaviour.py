@@ -454,3 +454,17 @@ def test_compat_stages_pass_the_conformance_kit():
 
     for make, other in ((elastic, 80), (cache, 30), (multithread, 30)):
         testing.check_stage(make, foreign=functools.partial(make, other))
+
+
+def test_a_fractional_seed_is_refused_where_grain_truncates_it():
+    """docs/differences.md: Grain 0.2.18 runs ``shuffle(seed=1.5)`` as ``seed=1``; we refuse it."""
+    ds = grain.MapDataset.range(10)
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        ds.shuffle(seed=1.5)
+    assert list(ds.shuffle(seed=1)) == [5, 7, 6, 0, 4, 8, 9, 2, 1, 3]  # recorded from google grain 0.2.18
+
+
+def test_batching_a_filtered_map_dataset_gives_short_batches():
+    """docs/differences.md: Grain refuses ``MapDataset.filter(...).batch(...)``; we batch what passes."""
+    ds = grain.MapDataset.range(10).filter(lambda x: x % 3).batch(3)
+    assert [b.tolist() for b in ds] == [[1, 2], [4, 5], [7, 8]]
