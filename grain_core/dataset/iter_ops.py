@@ -615,7 +615,12 @@ class _FilterIterator(_OneParentIterator):
                     self._replay = verdicts + self._replay
                 raise
             if idx < n:
-                unread(parent, n - idx)  # the last call: plain assignments after it
+                try:
+                    unread(parent, n - idx)  # the last call: plain assignments after it
+                except BaseException:  # interrupted on the way in: it moved nothing
+                    unread(parent, n)
+                    self._replay = verdicts + self._replay
+                    raise
                 self._replay = replay
             self._tested += idx
             if kept:

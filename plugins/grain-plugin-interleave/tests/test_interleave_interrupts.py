@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import signal
+import sys
 import threading
 import time
 
@@ -32,7 +33,9 @@ pytestmark = [
 
 # The consumer waits in interleave's own code (a raw lock's timed acquire), so interrupts land in
 # its waits too. (Not `threading`: its Condition code is not safe against asynchronous exceptions.)
-OURS = (grain, grain_plugin_interleave)
+# This module's functions (the datasets' user code) are interrupted too; the loops calling next()
+# here are excluded (see Interrupter's `exclude`).
+OURS = (grain, grain_plugin_interleave, sys.modules[__name__])
 THREADS = [
     {},
     {"iter_buffer_size": 1},
@@ -94,7 +97,8 @@ def test_states_taken_after_interrupts_restore_exactly(threads):
     ds = _inter(**threads)
     it = iter(ds)
     taken, states = [], []
-    with testing.Interrupter(packages=OURS) as intr:
+    loop = test_states_taken_after_interrupts_restore_exactly
+    with testing.Interrupter(packages=OURS, exclude=(loop,)) as intr:
         while True:
             intr.armed = True
             try:
@@ -151,7 +155,8 @@ def test_interrupts_while_waiting_on_an_opening_thread():
 
 def test_no_thread_left_after_interrupts_and_garbage_collection():
     it = iter(_inter(iter_buffer_size=2, num_make_iter_threads=1))
-    with testing.Interrupter(packages=OURS) as intr:
+    loop = test_no_thread_left_after_interrupts_and_garbage_collection
+    with testing.Interrupter(packages=OURS, exclude=(loop,)) as intr:
         for _ in range(40):
             intr.armed = True
             try:
