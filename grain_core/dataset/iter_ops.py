@@ -795,15 +795,31 @@ class _SnapshotIterator(_OneParentIterator):
         self._before = parent.get_state()
         self._pending: list[Any] = []
         self._taken = 0
+        # The parent element whose expansion was interrupted, and the parent's state before it:
+        # expanded again by the next pull (the state meanwhile is the previous expansion's end).
+        self._held: tuple[Any, Any] | None = None
 
     def _expand(self, x: Any) -> list[Any]:
         raise NotImplementedError
 
     def _pull(self) -> None:
         """Expands the next parent element. On ``StopIteration`` (or an error) nothing changes, so
-        the state after exhaustion still points at the last element and restores to exhaustion."""
-        before = self._parent.get_state()
-        pending = self._expand(next(self._parent))
+        the state after exhaustion still points at the last element and restores to exhaustion.
+        Interrupted inside the expansion (``KeyboardInterrupt``), the element is held and expanded
+        again by the next call."""
+        held = self._held
+        if held is not None:
+            before, x = held
+        else:
+            before = self._parent.get_state()
+            x = self._parent.__next__()  # not next(): no interrupt between its return and `try`
+        try:
+            pending = self._expand(x)
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                self._held = (before, x)
+            raise
+        self._held = None  # the commit: plain assignments, no call
         self._before, self._pending, self._taken = before, pending, 0
 
     def get_state(self):
@@ -818,7 +834,7 @@ class _SnapshotIterator(_OneParentIterator):
         with _state.rollback_on_error(self):
             self._parent.set_state(state["parent"])
             self._before = state["parent"]
-            self._pending, self._taken = [], 0
+            self._pending, self._taken, self._held = [], 0, None
             if taken:
                 try:
                     self._pull()

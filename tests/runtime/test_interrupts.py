@@ -171,6 +171,13 @@ def _slow_batch_fn(xs):
     return [_slow(x) for x in xs]
 
 
+class _SlowSplit(grain.transforms.FlatMap):
+    max_fan_out = 3
+
+    def flat_map(self, x):
+        return [_slow(x)] * (x % 3)
+
+
 _RO0 = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
 
 
@@ -189,6 +196,10 @@ def _in_caller_pipelines():
         "map_with_index": lambda: src(400).map_with_index(_slow_with_index),
         "map_filter_batch": lambda: src(600).map(_slow).filter(_slow_pred).batch(4),
         "batch_fn": lambda: src(600).batch(5, batch_fn=_slow_batch_fn),
+        "flat_map": lambda: grain.experimental.FlatMapIterDataset(src(300), _SlowSplit()),
+        "flat_map_after_thread_prefetch": lambda: grain.experimental.FlatMapIterDataset(
+            thread(300), _SlowSplit()
+        ),
     }
 
 
