@@ -4,6 +4,9 @@ The kernel's :class:`~grain_core.runtime.api.RoundRobinConsumer` (what ``mp_pref
 reads the channels; this module only moves messages:
 
 * :meth:`RayChannel.send` calls the actor's ``post`` with the next sequence number (no wait).
+  ``Consumed`` credits are coalesced: one is posted when it frees half of the actor's buffer, and a
+  pending one before the consumer waits for this actor (:meth:`RayChannel.peek` with nothing
+  queued); an actor call per element returned would cost more than producing small elements.
 * :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
   messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
   actor's output is always on its way. The object reference of a completed call is dropped as soon as its result is
@@ -23,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from grain_core.runtime.api import WorkerLostError
+from grain_core.runtime.api import Consumed, WorkerLostError
 
 
 class PlacementSettings(Protocol):
@@ -56,10 +59,28 @@ class RayChannel:
         self._location_ref = actor.location.remote()
         self._placed = False
         self.lost: str | None = None
+        # Credits: posted when they free half of the actor's buffer (the actor never waits for
+        # more), or before the consumer waits for this actor.
+        self._credit_step = max(1, pool.buffer_size // 2)
+        self._credit_posted = (-1, 0)  # (generation, elements) of the last Consumed posted
+        self._credit_due: Consumed | None = None
 
     def send(self, message: Any) -> None:
         if self.lost is not None or self._pool.closed:
             return
+        if isinstance(message, Consumed):
+            gen, posted = self._credit_posted
+            if gen == message.generation and message.elements - posted < self._credit_step:
+                self._credit_due = message
+                return
+            posted_now = (message.generation, message.elements)
+        else:  # a new command: a credit of the old generation is moot
+            posted_now = (getattr(message, "generation", -1), 0)
+        # Recorded after the post: an interruption between them only posts a credit twice.
+        self._post(message)
+        self._credit_posted, self._credit_due = posted_now, None
+
+    def _post(self, message: Any) -> None:
         # Interrupted between the two lines, the consumer re-sends and reuses this seq: the actor
         # delivers that re-send too (see ActorEndpoint.post).
         self.actor.post.remote(self._seq, message)
@@ -75,6 +96,11 @@ class RayChannel:
             raise WorkerLostError(self.lost)
         if self._pool.closed:
             raise WorkerLostError("(closed)")
+        due = self._credit_due
+        if due is not None:  # the consumer waits for this actor: it may wait for this credit
+            self._post(due)
+            self._credit_posted = (due.generation, due.elements)
+            self._credit_due = None
         if self._fetch is None:
             self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
         done, _ = ray.wait([self._fetch], timeout=timeout)
@@ -157,8 +183,12 @@ class RayWorkerPool:
     """``job.worker_count`` :class:`~grain_plugin_ray.actor.WorkerActor` actors; see the module
     docstring."""
 
-    def __init__(self, runtime: PlacementSettings, actors: list[Any], names: list[str]):
+    def __init__(
+        self, runtime: PlacementSettings, actors: list[Any], names: list[str], buffer_size: int = 1
+    ):
         self.runtime = runtime
+        #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
+        self.buffer_size = buffer_size
         self.closed = False
         self.started = time.monotonic()
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]

@@ -69,6 +69,9 @@ def test_bad_runtime_options_are_refused_early():
         RayRuntime(start_timeout_s=0)
     with pytest.raises(TypeError, match="address"):
         RayRuntime(address=6379)
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match="min_buffer_size"):
+            RayRuntime(min_buffer_size=bad)
 
 
 def test_worker_exception_is_reraised_after_the_elements_before_it():
@@ -140,9 +143,11 @@ def test_no_actor_left(how):
     assert_actors_gone(names, handles)
 
 
-def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
+@pytest.mark.parametrize("buffer,min_buffer,bound", [(3, None, 3), (1, 5, 5), (6, 2, 6)])
+def test_back_pressure_bounds_elements_produced_ahead(tmp_path, buffer, min_buffer, bound):
     """However long the consumer waits, a worker holds at most per_worker_buffer_size elements
-    produced and not yet returned, plus the one it produces while its buffer is full."""
+    (``RayRuntime.min_buffer_size`` when larger) produced and not yet returned, plus the one it
+    produces while its buffer is full; with min_buffer_size it does run that far ahead."""
     log = tmp_path / "produced"
 
     def record(x):
@@ -150,14 +155,23 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
             f.write(f"{x}\n")
         return x
 
+    def produced() -> int:
+        return len(log.read_text().split()) if log.exists() else 0
+
+    rt = RayRuntime(num_cpus=0, min_buffer_size=min_buffer)
     ds = grain.MapDataset.range(200).to_iter_dataset().map(record)
-    with iter(ds.mp_prefetch(MP(num_workers=1, per_worker_buffer_size=3), runtime=RT)) as it:
+    options = MP(num_workers=1, per_worker_buffer_size=buffer)
+    with iter(ds.mp_prefetch(options, runtime=rt)) as it:
+        assert it.pool.buffer_size == bound
         for consumed in (1, 4):
             while int(it.get_state()["position"]) < consumed:
                 next(it)
+            deadline = time.monotonic() + 120  # a liveness bound, not a timing assertion
+            while produced() < consumed + bound and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert produced() >= consumed + bound, (consumed, produced())
             time.sleep(2)  # room for a worker that ignored the bound to run far ahead
-            produced = len(log.read_text().split())
-            assert produced <= consumed + 3 + 1, (consumed, produced)
+            assert produced() <= consumed + bound + 1, (consumed, produced())
 
 
 def test_large_numpy_leaves_arrive_through_the_object_store():
