@@ -15,6 +15,9 @@ reads the channels; this module only moves messages:
   ``RayActorError``; the channel raises :class:`~grain_core.runtime.api.WorkerLostError` saying
   which actor, where it ran and why, and the consumer reports the worker and output position. An
   actor Ray cannot place within ``RayRuntime.start_timeout_s`` is reported the same way.
+  With ``RayRuntime.max_restarts`` the channel first replaces a dead actor (up to that many times
+  per worker): the new actor starts where the last message received from the old one ended
+  (:class:`~grain_plugin_ray.resume.ResumePoint`), so the consumer sees the same stream.
 * :meth:`RayWorkerPool.close` kills every actor (``ray.kill``, no restart). The consumer calls it at
   ``close()``, ``with`` exit, garbage collection and interpreter exit.
 """
@@ -22,11 +25,13 @@ reads the channels; this module only moves messages:
 from __future__ import annotations
 
 import collections
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from grain_core.runtime.api import Consumed, WorkerLostError
+from grain_plugin_ray.resume import ResumePoint
 
 
 class PlacementSettings(Protocol):
@@ -36,6 +41,10 @@ class PlacementSettings(Protocol):
     start_timeout_s: float
     num_cpus: float
     resources: Mapping[str, float]
+    max_restarts: int
+
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["RayChannel", "RayWorkerPool"]
 
@@ -50,7 +59,7 @@ class RayChannel:
         self._pool = pool
         self.index = index
         self.actor = actor
-        self.name = name
+        self.name = self._base_name = name
         self._seq = 0
         self._inbox: collections.deque[Any] = collections.deque()
         self._fetch: Any = None  # the fetch call in flight
@@ -58,7 +67,11 @@ class RayChannel:
         # Answered once the actor was placed and its constructor (the pipeline build) finished.
         self._location_ref = actor.location.remote()
         self._placed = False
+        self._started_at = time.monotonic()
         self.lost: str | None = None
+        self.restarts = 0
+        self._resume = ResumePoint()
+        self._to_post: list[Any] = []  # a replacement's first commands, not posted yet
         # Credits: posted when they free half of the actor's buffer (the actor never waits for
         # more), or before the consumer waits for this actor.
         self._credit_step = max(1, pool.buffer_size // 2)
@@ -81,10 +94,43 @@ class RayChannel:
         self._credit_posted, self._credit_due = posted_now, None
 
     def _post(self, message: Any) -> None:
+        self._post_replacement_commands()
+        message = self._resume.sent(message)
         # Interrupted between the two lines, the consumer re-sends and reuses this seq: the actor
         # delivers that re-send too (see ActorEndpoint.post).
         self.actor.post.remote(self._seq, message)
         self._seq += 1
+
+    def _post_replacement_commands(self) -> None:
+        while self._to_post:
+            # Removed after the post: an interruption between them only posts it twice.
+            self.actor.post.remote(self._seq, self._resume.sent(self._to_post[0]))
+            self._seq += 1
+            self._to_post.pop(0)
+
+    def _replace(self, reason: str) -> None:
+        """Starts a new actor for this worker where the dead one's stream was received up to."""
+        import ray
+
+        self.restarts += 1
+        old = self.actor
+        name = f"{self._base_name}-r{self.restarts}"
+        actor = self._pool.spawn(self.index, name)
+        _log.warning(
+            "grain_core Ray worker %d: actor %s %s; replaced by %s (restart %d of %d).",
+            self.index, self.name, reason, name, self.restarts, self._pool.runtime.max_restarts,
+        )
+        commands = self._resume.replacement()
+        self.actor, self.name = actor, name
+        self._seq, self._acked, self._fetch = 0, 0, None
+        self._location_ref = actor.location.remote()
+        self._placed, self._started_at = False, time.monotonic()
+        self._to_post = commands
+        self._post_replacement_commands()
+        try:
+            ray.kill(old, no_restart=True)
+        except Exception:
+            pass
 
     def peek(self, timeout: float) -> Any:
         import ray
@@ -96,6 +142,7 @@ class RayChannel:
             raise WorkerLostError(self.lost)
         if self._pool.closed:
             raise WorkerLostError("(closed)")
+        self._post_replacement_commands()
         due = self._credit_due
         if due is not None:  # the consumer waits for this actor: it may wait for this credit
             self._post(due)
@@ -111,14 +158,22 @@ class RayChannel:
         try:
             messages = ray.get(self._fetch)
         except RayActorError as e:
-            self.lost = f"({self._where()}) died: {_first_line(e)}"
+            reason = f"died: {_first_line(e)}"
+            can_restart = self._pool.spawn is not None and not self._pool.closed
+            if can_restart and self.restarts < self._pool.runtime.max_restarts:
+                self._replace(f"({self._where()}) {reason}")
+                return None
+            self.lost = f"({self._where()}) {reason}"
+            if self.restarts:
+                self.lost += f" (after {self.restarts} restart(s) of this worker)"
             raise WorkerLostError(self.lost) from None
         # An interruption anywhere below loses nothing: messages stay in the actor until
         # acknowledged by a later fetch, and the consumer applies a repeated message once.
         new = [m for m in messages if m.seq > self._acked]
         if new:
             self._placed = True
-            self._inbox.extend(new)
+            seen = [self._resume.received_message(m) for m in new]  # idempotent per message
+            self._inbox.extend(m for m in seen if m is not None)
             self._acked = new[-1].seq
         # The next fetch is on its way while these messages are consumed; dropping the reference
         # to the finished one lets Ray free its object.
@@ -153,7 +208,7 @@ class RayChannel:
         import ray
 
         rt = self._pool.runtime
-        if time.monotonic() - self._pool.started < rt.start_timeout_s:
+        if time.monotonic() - self._started_at < rt.start_timeout_s:
             return
         done, _ = ray.wait([self._location_ref], timeout=0)
         if done:
@@ -184,9 +239,16 @@ class RayWorkerPool:
     docstring."""
 
     def __init__(
-        self, runtime: PlacementSettings, actors: list[Any], names: list[str], buffer_size: int = 1
+        self,
+        runtime: PlacementSettings,
+        actors: list[Any],
+        names: list[str],
+        buffer_size: int = 1,
+        spawn: Callable[[int, str], Any] | None = None,
     ):
         self.runtime = runtime
+        #: ``spawn(index, name)`` starts a replacement actor for worker ``index``.
+        self.spawn = spawn
         #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
         self.buffer_size = buffer_size
         self.closed = False

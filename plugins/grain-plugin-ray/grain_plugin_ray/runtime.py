@@ -53,6 +53,10 @@ class RayRuntime:
         one actor call carries a group of elements even when ``per_worker_buffer_size`` is
         small (Grain's default 1 costs an actor round trip per element). Elements, order and
         state do not change; only how far the actors run ahead (memory) does.
+      max_restarts: 0 (default): a dead actor ends the iteration with ``WorkerError`` (restore
+        the last checkpoint to continue). ``n > 0``: the iterator replaces a dead actor up to
+        ``n`` times per worker; the new actor restarts from the state of the last elements
+        received from the old one, so the output stays exactly the same.
 
     As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
     not yet returned by ``next()`` (plus the one it produces meanwhile; see ``min_buffer_size``).
@@ -67,6 +71,7 @@ class RayRuntime:
     runtime_env: Mapping[str, Any] | None = None
     start_timeout_s: float = 120.0
     min_buffer_size: int | None = None
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         if self.address is not None and not isinstance(self.address, str):
@@ -93,6 +98,14 @@ class RayRuntime:
         _positive("start_timeout_s", self.start_timeout_s, (int, float))
         if self.min_buffer_size is not None:
             _positive("min_buffer_size", self.min_buffer_size)
+        if (
+            isinstance(self.max_restarts, bool)
+            or not isinstance(self.max_restarts, int)
+            or self.max_restarts < 0
+        ):
+            raise ValueError(
+                f"RayRuntime.max_restarts must be an int >= 0, got {self.max_restarts!r}."
+            )
 
     def actor_job(self, job: WorkerJob) -> WorkerJob:
         """The job the actors run: ``job`` with its buffer raised to ``min_buffer_size``."""
@@ -133,13 +146,17 @@ class RayRuntime:
         actor_class = ray.remote(WorkerActor)
         tag = uuid.uuid4().hex[:12]
         names = [f"grain_core-{tag}-w{i}" for i in range(job.worker_count)]
+
+        def spawn(i: int, name: str) -> Any:
+            opts = self.actor_options(name, ACTOR_NAMESPACE)
+            return actor_class.options(**opts).remote(job_ref, i)
+
         actors: list[Any] = []
         try:
             for i, name in enumerate(names):
-                opts = self.actor_options(name, ACTOR_NAMESPACE)
-                actors.append(actor_class.options(**opts).remote(job_ref, i))
+                actors.append(spawn(i, name))
         except BaseException:
             for a in actors:
                 ray.kill(a, no_restart=True)
             raise
-        return RayWorkerPool(self, actors, names, actor_job.buffer_size)
+        return RayWorkerPool(self, actors, names, actor_job.buffer_size, spawn)

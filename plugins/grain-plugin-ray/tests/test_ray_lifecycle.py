@@ -72,6 +72,9 @@ def test_bad_runtime_options_are_refused_early():
     for bad in (0, True, 2.5):
         with pytest.raises(ValueError, match="min_buffer_size"):
             RayRuntime(min_buffer_size=bad)
+    for bad in (-1, True, 1.0):
+        with pytest.raises(ValueError, match="max_restarts"):
+            RayRuntime(max_restarts=bad)
 
 
 def test_worker_exception_is_reraised_after_the_elements_before_it():
@@ -107,6 +110,49 @@ def test_dead_actor_is_reported_and_the_last_state_restores_exactly():
     with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=RT)) as again:
         again.set_state(state)
         assert_elements_equal(ref, head + list(again), "restored after a dead actor")
+
+
+@pytest.mark.parametrize("min_buffer", [None, 4])
+def test_max_restarts_replaces_killed_actors_and_the_output_stays_exact(min_buffer):
+    """Worker 1's actor is killed twice (the second time its replacement): each is replaced from
+    the last elements it delivered, so the output, random draws included, and the states are
+    exactly mp_prefetch's; no actor, replaced or not, is left afterwards."""
+    import ray
+
+    ref = list(iter(pipeline().mp_prefetch(MP(num_workers=2))))
+    rt = RayRuntime(num_cpus=0, max_restarts=2, min_buffer_size=min_buffer)
+    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
+        got = [next(it) for _ in range(5)]
+        killed = [it.pool.channels[1].actor]
+        ray.kill(killed[-1], no_restart=True)
+        got += [next(it) for _ in range(6)]
+        state = it.get_state()
+        killed.append(it.pool.channels[1].actor)
+        ray.kill(killed[-1], no_restart=True)
+        got += list(it)
+        assert [c.restarts for c in it.pool.channels] == [0, 2]
+        names = it.pool.actor_names
+        handles = killed + [c.actor for c in it.pool.channels]
+    assert_elements_equal(ref, got, "with two actors replaced")
+    assert_actors_gone(names, handles)
+    with iter(pipeline().mp_prefetch(MP(num_workers=2))) as again:  # a state taken in between
+        again.set_state(state)
+        assert_elements_equal(ref[11:], list(again), "state after a replacement -> processes")
+
+
+def test_a_worker_out_of_restarts_is_reported():
+    import ray
+
+    rt = RayRuntime(num_cpus=0, max_restarts=1)
+    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
+        next(it)
+        ray.kill(it.pool.channels[0].actor, no_restart=True)
+        next(it), next(it)  # worker 1's element, then worker 0's: from its replacement
+        assert it.pool.channels[0].restarts == 1
+        ray.kill(it.pool.channels[0].actor, no_restart=True)
+        with pytest.raises(WorkerError, match=r"worker 0 \(Ray actor .*-r1.*after 1 restart"):
+            for _ in it:
+                pass
 
 
 def test_unplaceable_actor_is_reported_and_removed():
