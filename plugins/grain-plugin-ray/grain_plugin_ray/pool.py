@@ -126,11 +126,13 @@ class RayChannel:
         self._location_ref = actor.location.remote()
         self._placed, self._started_at = False, time.monotonic()
         self._to_post = commands
-        self._post_replacement_commands()
-        try:
-            ray.kill(old, no_restart=True)
-        except Exception:
-            pass
+        for gone in (old, actor) if self._pool.closed else (old,):  # closed from another thread
+            try:
+                ray.kill(gone, no_restart=True)
+            except Exception:
+                pass
+        if not self._pool.closed:
+            self._post_replacement_commands()
 
     def peek(self, timeout: float) -> Any:
         import ray
@@ -159,8 +161,7 @@ class RayChannel:
             messages = ray.get(self._fetch)
         except RayActorError as e:
             reason = f"died: {_first_line(e)}"
-            can_restart = self._pool.spawn is not None and not self._pool.closed
-            if can_restart and self.restarts < self._pool.runtime.max_restarts:
+            if self._pool.can_replace and self.restarts < self._pool.runtime.max_restarts:
                 self._replace(f"({self._where()}) {reason}")
                 return None
             self.lost = f"({self._where()}) {reason}"
@@ -247,13 +248,26 @@ class RayWorkerPool:
         spawn: Callable[[int, str], Any] | None = None,
     ):
         self.runtime = runtime
-        #: ``spawn(index, name)`` starts a replacement actor for worker ``index``.
-        self.spawn = spawn
+        self._spawn = spawn
+        self._replacements: list[Any] = []  # every replacement actor started (killed at close)
         #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
         self.buffer_size = buffer_size
         self.closed = False
         self.started = time.monotonic()
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
+
+    @property
+    def can_replace(self) -> bool:
+        """Whether :meth:`spawn` can start replacement actors."""
+        return self._spawn is not None and not self.closed
+
+    def spawn(self, index: int, name: str) -> Any:
+        """Starts a replacement actor for worker ``index`` (killed by :meth:`close` whatever
+        happens to it)."""
+        assert self._spawn is not None
+        actor = self._spawn(index, name)
+        self._replacements.append(actor)
+        return actor
 
     @property
     def actor_names(self) -> list[str]:
@@ -270,9 +284,9 @@ class RayWorkerPool:
 
             if not ray.is_initialized():
                 return  # Ray shut down already: its actors went with it
-            for c in self.channels:
+            for actor in [c.actor for c in self.channels] + self._replacements:
                 try:
-                    ray.kill(c.actor, no_restart=True)
+                    ray.kill(actor, no_restart=True)
                 except Exception:
                     pass
         except Exception:  # interpreter exit: modules may be half torn down
