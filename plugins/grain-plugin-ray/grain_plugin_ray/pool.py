@@ -253,7 +253,6 @@ class RayWorkerPool:
         #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
         self.buffer_size = buffer_size
         self.closed = False
-        self.started = time.monotonic()
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
 
     @property
