@@ -37,6 +37,7 @@ from grain_core.operations import apply_on_records, as_transform, is_custom_oper
 from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.records import Record
 from grain_core.runtime.api import next_or_rollback
+from grain_core.runtime.multiprocess import resolve_runtime
 from grain_core.sharding import ShardOptions
 
 __all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
@@ -308,6 +309,10 @@ class DataLoader:
       read_options: threads and read-ahead of each process; by default
         :func:`default_read_options` (at most 16 threads per process, fewer on small machines).
       enable_profiling: log per-worker timings.
+      runtime: where the ``worker_count`` workers run, exactly as ``mp_prefetch(..., runtime=)``:
+        a runtime object (e.g. ``grain_plugin_ray.RayRuntime(...)``) or a registered runtime name;
+        None: local processes. The elements, their order and the state do not depend on it.
+        Unused when ``worker_count`` is 0.
     """
 
     def __init__(
@@ -321,6 +326,7 @@ class DataLoader:
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
         enable_profiling: bool = False,
+        runtime: Any = None,
     ):
         if not (hasattr(data_source, "__len__") and hasattr(data_source, "__getitem__")):
             raise TypeError(
@@ -374,6 +380,9 @@ class DataLoader:
         self._sampler = sampler
         self._shard_options = shard_options
         self._read_options = read_options
+        if runtime is not None:
+            resolve_runtime(runtime)  # an early error for an unknown name or an object no runtime
+        self._runtime = runtime
         self._dataset = self._build(data_source)
 
     @property
@@ -428,7 +437,7 @@ class DataLoader:
         if rest:
             it_ds = it_ds.apply(rest)
         if self._mp_options.num_workers > 0:
-            it_ds = it_ds.mp_prefetch(self._mp_options)
+            it_ds = it_ds.mp_prefetch(self._mp_options, runtime=self._runtime)
         return it_ds
 
     def _build_records(self, source: Any) -> IterDataset:
