@@ -13,6 +13,10 @@ Plugin authors call these from their own tests (grain_core's built-in plugins do
     def test_my_stage_keeps_the_state_contract():
         testing.check_stage(make_dataset)  # refused states, fresh-process restore, chunks
 
+    def test_ctrl_c_loses_nothing():
+        out, interrupts = testing.drain_with_interrupts(iter(make_dataset()))  # real SIGALRM
+        assert out == list(make_dataset())
+
 Each check raises ``AssertionError`` with a message saying which property failed.
 """
 
