@@ -179,7 +179,9 @@ def build(spec: list[dict[str, Any]]) -> Any:
             ds = _optional("thread_prefetch")(ds, prefetch_buffer_size=st["buffer"])
         elif op == "mp_prefetch":
             ds = ds.mp_prefetch(
-                grain.MultiprocessingOptions(num_workers=st["workers"], per_worker_buffer_size=1)
+                grain.MultiprocessingOptions(
+                    num_workers=st["workers"], per_worker_buffer_size=st.get("buffer", 1)
+                )
             )
         elif op == "interleave":
             sub = json.dumps(st["sub"])
@@ -385,7 +387,12 @@ def strategies(optional: Iterable[str] = ()) -> Any:
             elif op == "thread_prefetch":
                 s = {"op": op, "buffer": draw(st.integers(0, 4))}
             elif op == "mp_prefetch":
-                s, mp_done = {"op": op, "workers": draw(st.integers(0, 2))}, True
+                s = {
+                    "op": op,
+                    "workers": draw(st.integers(0, 2)),
+                    "buffer": draw(st.sampled_from([1, 2, 5, 64])),
+                }
+                mp_done = True
             elif op == "window_shuffle_iter":
                 s = {
                     "op": op,
