@@ -96,7 +96,13 @@ class _Boot:
 # --------------------------------------------------------------------------------------------------
 
 
+_SCALARS = frozenset({int, float, bool, complex, type(None)})
+
+
 def _nbytes(x: Any, depth: int = 0) -> int:
+    """Approximate bytes of an element (the message-size bound); cheap for scalars."""
+    if type(x) in _SCALARS:
+        return 64
     n = getattr(x, "nbytes", None)
     if isinstance(n, int):
         return n
@@ -412,11 +418,16 @@ class ProcessPool:
                 return
             for r in ready:
                 if r == self._wake_r:
-                    self._wake_pending = False  # before reading: a later wake() writes again
                     try:
                         os.read(self._wake_r, 4096)
                     except OSError:
                         pass
+                    # After draining, before flushing: a wake() that still saw the flag set
+                    # stored its message before looking, so this flush sends it; a later wake()
+                    # writes again. (Clearing the flag before the read lost wake-ups: a byte
+                    # written in between was drained while the flag stayed set, and every
+                    # wake() after it was skipped until another event woke this thread.)
+                    self._wake_pending = False
                     self._flush()
                 elif r in by_conn:
                     self._read(by_conn[r])
