@@ -6,8 +6,10 @@ runs in process, with ``mp_prefetch`` over ``K`` worker processes, and with ``K`
 (``runtime=RayRuntime()``). Printed per pipeline and runtime: start-up (iterator creation to the
 first ``K`` elements, one per worker), the rate after them, and the ratios of the rates. ``ray.init`` is timed once.
 
-Usage: ``python benchmarks/bench_ray.py [--size tiny|full] [--workers K] [--address ADDR]
-[--buffer per_worker_buffer_size]`` (default 64 for both runtimes); from
+Usage: ``python benchmarks/bench_ray.py [--size tiny|small|full] [--workers K] [--address ADDR]
+[--buffer per_worker_buffer_size] [--min-buffer-size M]`` (buffer default 64 for both runtimes;
+``--min-buffer-size M`` adds a row: Ray with ``RayRuntime(min_buffer_size=M)``, which lets the
+actors group ``M`` elements per call when ``--buffer`` is smaller); from
 ``benchmarks/run.py`` it runs at full size (``GRAIN_CORE_BENCH_RAY_SIZE=tiny`` for a smoke run).
 """
 
@@ -23,7 +25,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_work import heavy  # noqa: E402  (importable by name in workers and actors)
 
-SIZES = {"tiny": (200, 40), "full": (20_000, 2_000)}  # elements: small pipeline, 256 KiB pipeline
+#: Elements of the small pipeline and of the 256 KiB pipeline.
+SIZES = {"tiny": (200, 40), "small": (2_000, 300), "full": (20_000, 2_000)}
 BIG_FLOATS = 256 * 1024 // 8
 
 
@@ -59,7 +62,11 @@ def measure(ds, first: int) -> tuple[float, float, int]:
 
 
 def run(
-    size: str = "full", workers: int = 2, address: str | None = None, buffer: int = 64
+    size: str = "full",
+    workers: int = 2,
+    address: str | None = None,
+    buffer: int = 64,
+    min_buffer_size: int | None = None,
 ) -> dict:
     """Runs the comparison; prints and returns ``{pipeline: {runtime: (start s, rate)}}``."""
     try:
@@ -95,11 +102,16 @@ def run(
                     pipeline(n, big).mp_prefetch(options, runtime=runtime), workers
                 ),
             }
+            if min_buffer_size is not None:
+                grouped = RayRuntime(num_cpus=1, min_buffer_size=min_buffer_size)
+                rows[f"Ray({workers}) min_buffer_size={min_buffer_size}"] = measure(
+                    pipeline(n, big).mp_prefetch(options, runtime=grouped), workers
+                )
             out[name] = {k: (s, r) for k, (s, r, _) in rows.items()}
             print(f"  {name}, {n} elements, CPU-bound map:")
             for k, (s, r, count) in rows.items():
                 assert count == n, (k, count, n)
-                print(f"    {k:16s} start-up {s:7.2f} s   {r:10.1f} elements/s")
+                print(f"    {k:36s} start-up {s:7.2f} s   {r:10.1f} elements/s")
             ray_rate = out[name][f"Ray({workers})"][1]
             print(
                 f"    ratios: Ray / mp_prefetch {ray_rate / out[name][f'mp_prefetch({workers})'][1]:.2f}"
@@ -125,5 +137,8 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--address", default=None, help="an existing Ray cluster (default: local)")
     parser.add_argument("--buffer", type=int, default=64, help="per_worker_buffer_size")
+    parser.add_argument(
+        "--min-buffer-size", type=int, default=None, help="adds a row: RayRuntime(min_buffer_size=)"
+    )
     args = parser.parse_args()
-    run(args.size, args.workers, args.address, args.buffer)
+    run(args.size, args.workers, args.address, args.buffer, args.min_buffer_size)

@@ -33,9 +33,11 @@ from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
 from grain_core.dataset.map_ops import source_identity
-from grain_core.operations import as_transform
+from grain_core.operations import apply_on_records, as_transform, is_custom_operation
 from grain_core.options import MultiprocessingOptions, ReadOptions
+from grain_core.records import Record
 from grain_core.runtime.api import next_or_rollback
+from grain_core.runtime.multiprocess import resolve_runtime
 from grain_core.sharding import ShardOptions
 
 __all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
@@ -73,10 +75,43 @@ def default_read_options(worker_count: int = 0) -> ReadOptions:
 
 
 def _sampler_len(sampler: Any) -> int:
+    """The sampler's length; for a sampler without ``__len__`` (Grain's ``Sampler`` protocol,
+    which ends an epoch by raising ``IndexError``), see :func:`_sampler_end`."""
     try:
         return len(sampler)
     except TypeError:
-        return sys.maxsize
+        return _sampler_end(sampler)
+
+
+def _sampler_end(sampler: Any) -> int:
+    """The first index at which ``sampler[index]`` raises ``IndexError`` (``sys.maxsize`` if none
+    does below it): where Grain's DataLoader ends the epoch. A sampler is deterministic random
+    access, so the end is found by doubling then bisecting, in about ``2 * log2(end)`` calls."""
+
+    def has(index: int) -> bool:
+        try:
+            sampler[index]
+        except IndexError:
+            return False
+        return True
+
+    if not has(0):
+        return 0
+    known, step = 0, 1
+    while True:
+        probe = known + step
+        if probe >= sys.maxsize:
+            return sys.maxsize
+        if not has(probe):
+            break
+        known, step = probe, step * 2
+    while probe - known > 1:
+        middle = (known + probe) // 2
+        if has(middle):
+            known = middle
+        else:
+            probe = middle
+    return probe
 
 
 def _sampler_index(positions: np.ndarray, shard_options: ShardOptions) -> np.ndarray:
@@ -127,6 +162,36 @@ class _SamplerSourceMapDataset(MapDataset):
 
     def __str__(self) -> str:
         return f"DataLoaderSource({source_identity(self._source)}, {self._sampler!r})"
+
+
+def _record_data(record: Record) -> Any:
+    return record.data
+
+
+class _RecordsMapDataset(MapDataset):
+    """Position ``i`` → ``Record(sampler metadata, element i of parent)``: the records a custom
+    legacy ``Operation`` reads (``index`` is the sampler's global index)."""
+
+    def __init__(self, parent: _SamplerSourceMapDataset, sampler: Any, shard_options: ShardOptions):
+        super().__init__(parent)
+        self._parent = parent
+        self._sampler = sampler
+        self._shards = shard_options
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitem(self, index: int):
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices):
+        items = self._parent.__getitems__(indices)
+        n = max(len(self._parent), 1)
+        glob = _sampler_index(np.asarray(indices, dtype=np.int64) % n, self._shards).tolist()
+        return [Record(self._sampler[g], x) for g, x in zip(glob, items)]
+
+    def __str__(self) -> str:
+        return "DataLoaderRecords"
 
 
 class _OperationsMapDataset(MapDataset):
@@ -209,16 +274,20 @@ def _check_operations(operations: Any) -> list[Any]:
                 "DataLoader operations must be a sequence of grain_core.transforms objects, got "
                 f"{type(operations).__name__}."
             ) from None
-    # Grain's legacy MapOperation / RandomMapOperation / FilterOperation / BatchOperation.
-    ops = [as_transform(op) for op in operations]
-    for i, op in enumerate(ops):
-        if not isinstance(op, _TRANSFORMS):
+    operations = list(operations)
+    for i, op in enumerate(operations):
+        if not isinstance(op, _TRANSFORMS) and not callable(op):
             raise TypeError(
                 f"DataLoader operations[{i}] is a {type(op).__name__}; expected a "
                 "grain_core.transforms Map, RandomMap, MapWithIndex, Filter, FlatMap or Batch "
-                "object. Wrap plain functions in a Map subclass."
+                "object, or a legacy Operation (a callable over an iterator of Records). Wrap "
+                "plain functions in a Map subclass."
             )
-    return ops
+    if any(is_custom_operation(as_transform(op)) for op in operations):
+        # A user's Operation: every operation runs over records, as in Grain (_build_records).
+        return operations
+    # Grain's legacy MapOperation / RandomMapOperation / FilterOperation / BatchOperation.
+    return [as_transform(op) for op in operations]
 
 
 class DataLoader:
@@ -230,7 +299,8 @@ class DataLoader:
       sampler: an ``IndexSampler`` (or any ``Sampler``); its ``num_records`` may be smaller than
         ``len(data_source)`` (the first records are read), not larger.
       operations: ``Map``, ``RandomMap``, ``MapWithIndex``, ``Filter``, ``FlatMap`` and ``Batch``
-        objects, applied in order.
+        objects, applied in order; legacy ``Operation``s (callables over an iterator of
+        ``Record``s, see :mod:`grain_core.operations`) too.
       worker_count: worker processes (0 reads in this process).
       worker_buffer_size: elements each worker may hold ahead of the consumer.
       shard_options: which positions of the sampler's stream this process reads (every
@@ -239,6 +309,10 @@ class DataLoader:
       read_options: threads and read-ahead of each process; by default
         :func:`default_read_options` (at most 16 threads per process, fewer on small machines).
       enable_profiling: log per-worker timings.
+      runtime: where the ``worker_count`` workers run, exactly as ``mp_prefetch(..., runtime=)``:
+        a runtime object (e.g. ``grain_plugin_ray.RayRuntime(...)``) or a registered runtime name;
+        None: local processes. The elements, their order and the state do not depend on it.
+        Unused when ``worker_count`` is 0.
     """
 
     def __init__(
@@ -252,6 +326,7 @@ class DataLoader:
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
         enable_profiling: bool = False,
+        runtime: Any = None,
     ):
         if not (hasattr(data_source, "__len__") and hasattr(data_source, "__getitem__")):
             raise TypeError(
@@ -271,6 +346,11 @@ class DataLoader:
             )
         self._operations = _check_operations(operations)
         worker_count = 0 if worker_count is None else worker_count
+        if isinstance(worker_count, int) and worker_count < 0:  # Grain's wording
+            raise ValueError(
+                "Worker count should be greater than or equal zero. Current worker_count is "
+                f"{worker_count}; pass 0 to read in this process."
+            )
         self._mp_options = MultiprocessingOptions(
             num_workers=worker_count,
             per_worker_buffer_size=worker_buffer_size,
@@ -300,6 +380,9 @@ class DataLoader:
         self._sampler = sampler
         self._shard_options = shard_options
         self._read_options = read_options
+        if runtime is not None:
+            resolve_runtime(runtime)  # an early error for an unknown name or an object no runtime
+        self._runtime = runtime
         self._dataset = self._build(data_source)
 
     @property
@@ -333,6 +416,8 @@ class DataLoader:
 
     def _build(self, source: Any) -> IterDataset:
         ops = self._operations
+        if any(is_custom_operation(op) for op in ops):
+            return self._build_records(source)
         split = next(
             (i for i, op in enumerate(ops) if isinstance(op, (tr.FlatMap, tr.Batch))), len(ops)
         )
@@ -351,6 +436,19 @@ class DataLoader:
         it_ds = ds.to_iter_dataset(self._read_options)
         if rest:
             it_ds = it_ds.apply(rest)
+        if self._mp_options.num_workers > 0:
+            it_ds = it_ds.mp_prefetch(self._mp_options, runtime=self._runtime)
+        return it_ds
+
+    def _build_records(self, source: Any) -> IterDataset:
+        """With a custom legacy ``Operation``: Grain's record pipeline (see
+        :mod:`grain_core.operations`), per worker when there are workers."""
+        self._map_batch_size = None
+        ds = _SamplerSourceMapDataset(self._sampler, source, self._shard_options)
+        records = _RecordsMapDataset(ds, self._sampler, self._shard_options)
+        it_ds = records.to_iter_dataset(self._read_options)
+        it_ds = apply_on_records(it_ds, self._operations, self._shard_options.shard_count)
+        it_ds = it_ds.map(_record_data)
         if self._mp_options.num_workers > 0:
             it_ds = it_ds.mp_prefetch(self._mp_options)
         return it_ds
@@ -512,22 +610,19 @@ class DataLoaderIterator:
                 f"sampler in dataloader: {loader.sampler!r}"
             )
         so = loader._shard_options
-        indices = _grain_states.dataloader_next_indices(
-            state, worker_count=loader.worker_count, shard_index=so.shard_index,
-            shard_count=so.shard_count,
-        )
-        if loader.worker_count:
-            raise _state.StateMismatchError(
-                "Restoring a Grain DataLoader state saved with worker_count > 0 is not supported "
-                "yet; restore it into a DataLoader with worker_count=0 (the element order differs) "
-                "or start the grain_core loader from its own checkpoint."
-            )
-        position = indices[0]
-        if loader._map_batch_size:
-            position = -(-position // loader._map_batch_size)
+        shards = {"shard_index": so.shard_index, "shard_count": so.shard_count}
         if self._it is None:
             self._open()
         assert self._it is not None
+        if loader.worker_count:
+            self._it.set_state(
+                _grain_states.dataloader_mp_state(state, worker_count=loader.worker_count, **shards)
+            )
+            return
+        indices = _grain_states.dataloader_next_indices(state, worker_count=0, **shards)
+        position = indices[0]
+        if loader._map_batch_size:
+            position = -(-position // loader._map_batch_size)
         self._it.set_state({"next_index": position})
 
     def start_prefetch(self) -> None:

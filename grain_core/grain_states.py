@@ -3,7 +3,9 @@
 Grain's dataset iterators save plain dicts without a ``"kind"`` (``{"next_index": 3}`` for a
 ``to_iter_dataset()`` iterator and every 1:1 or batching stage above it, ``{"parent": ...,
 "index_for_rng": n}`` for ``random_map``, ``{"parents": [...], "index": k, "stop": b}`` for
-``IterDataset.mix``); its ``DataLoader`` saves ``{"version", "last_seen_indices",
+``IterDataset.mix``, and for ``mp_prefetch`` the state of the interleave over its workers:
+``{"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices",
+"iterators_in_use_states", "exhausted", "future_states"}``); its ``DataLoader`` saves ``{"version", "last_seen_indices",
 "last_worker_index", "worker_count", "sampler", "data_source"}`` as JSON bytes. This module is the
 one place that knows those shapes: it rewrites a Grain state into the grain_core state of the same
 position, using the fresh iterator's own ``get_state()`` as the template, so every check that
@@ -17,16 +19,21 @@ stage, and changes nothing; a source stage below the known ones receives the Gra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grain_core.state import StateMismatchError
 
 __all__ = [
     "GRAIN_DATALOADER_KEYS",
+    "GRAIN_MP_PREFETCH_KEYS",
+    "MP_PREFETCH_KIND",
+    "dataloader_mp_state",
     "dataloader_next_indices",
+    "from_grain_mp_state",
     "from_grain_state",
     "is_grain_dataloader_state",
+    "is_grain_mp_state",
     "is_grain_state",
 ]
 
@@ -34,6 +41,15 @@ __all__ = [
 GRAIN_DATALOADER_KEYS = frozenset(
     {"version", "last_seen_indices", "last_worker_index", "worker_count", "sampler", "data_source"}
 )
+
+
+#: The fields of the state of Grain's ``mp_prefetch`` iterator (an interleave over its workers).
+GRAIN_MP_PREFETCH_KEYS = frozenset(
+    {"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_states", "exhausted"}
+)
+
+#: The ``kind`` of grain_core's ``mp_prefetch`` iterator state.
+MP_PREFETCH_KIND = "MultiprocessPrefetchDatasetIterator"
 
 
 def is_grain_state(state: Any) -> bool:
@@ -44,6 +60,11 @@ def is_grain_state(state: Any) -> bool:
 def is_grain_dataloader_state(state: Any) -> bool:
     """True for the (decoded) JSON state of a Grain ``DataLoaderIterator``."""
     return isinstance(state, Mapping) and GRAIN_DATALOADER_KEYS <= set(state)
+
+
+def is_grain_mp_state(state: Any) -> bool:
+    """True for a state written by Grain's ``mp_prefetch`` iterator (worker count > 0)."""
+    return is_grain_state(state) and GRAIN_MP_PREFETCH_KEYS <= set(state)
 
 
 def from_grain_state(state: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
@@ -69,6 +90,18 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
     kind = ours.get("kind")
     if kind is None:  # a user-written (Grain-style) iterator: its state is already its own
         return dict(grain)
+    if is_grain_mp_state(grain):
+        if kind == MP_PREFETCH_KIND:
+            # Translated by the mp_prefetch iterator itself (from_grain_mp_state): only it knows
+            # the states of its workers' pipelines.
+            return dict(grain)
+        if not isinstance(ours.get("parent"), Mapping):
+            k = len(grain.get("iterators_in_use_states") or ())
+            raise StateMismatchError(
+                f"{path}: this Grain state was saved by mp_prefetch with num_workers={k}, but the "
+                f"grain_core pipeline reads in process here ({kind!r}). Restore it into the same "
+                f"pipeline with .mp_prefetch(MultiprocessingOptions(num_workers={k}))."
+            )
     if kind == "PrefetchDatasetIterator":
         if "next_index" not in grain:
             raise _unknown(grain, kind, path)
@@ -164,3 +197,82 @@ def _signed(value: Any, path: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise StateMismatchError(f"{path} must be an int in a Grain DataLoader state, got {value!r}.")
     return value
+
+
+def from_grain_mp_state(state: Mapping[str, Any], templates: Sequence[Any]) -> dict[str, Any]:
+    """The grain_core ``mp_prefetch`` state at the position of Grain's ``mp_prefetch`` ``state``.
+
+    ``templates[i]`` is the fresh-iterator state of worker ``i``'s pipeline (``None`` where the
+    worker could not build one: its state is then passed on as Grain wrote it, and the worker's
+    own error is raised at ``next()``). Grain's workers read the same shares as ours (worker ``i``
+    of ``K`` reads indices ``i::K``, or its contiguous block with ``sequential_slice=True``) and
+    its output is the same round-robin, so each worker's state carries over as it is.
+
+    Raises:
+      StateMismatchError: the state was saved with another worker count (Grain cannot move such
+        a state either), or is malformed.
+    """
+    k = len(templates)
+    workers = state.get("iterators_in_use_states")
+    if not isinstance(workers, Sequence) or isinstance(workers, (str, bytes)):
+        raise StateMismatchError(
+            "iterators_in_use_states of a Grain mp_prefetch state must be a list, got "
+            f"{type(workers).__name__}."
+        )
+    if len(workers) != k or state.get("next_index_in_datasets") != k:
+        raise StateMismatchError(
+            f"This Grain mp_prefetch state was saved with num_workers={len(workers)}, but it is "
+            f"being restored into mp_prefetch with num_workers={k}. A Grain state restores only "
+            f"into the same worker count: build the pipeline with "
+            f"MultiprocessingOptions(num_workers={len(workers)}) to restore it (then save a "
+            "grain_core state, which restores elastically into other worker counts)."
+        )
+    exhausted = state.get("exhausted")
+    if not isinstance(exhausted, Sequence) or len(exhausted) != k:
+        raise StateMismatchError(f"exhausted of a Grain mp_prefetch state must list {k} flags.")
+    nxt = _int(state.get("next_index_in_cycle"), "state.next_index_in_cycle")
+    if nxt >= k:
+        raise StateMismatchError(f"state.next_index_in_cycle={nxt} is not a worker of {k}.")
+    converted = []
+    for i, (grain, template) in enumerate(zip(workers, templates)):
+        path = f"state.iterators_in_use_states[{i}]"
+        if template is not None and not is_grain_state(template) and grain is not None:
+            grain = from_grain_state(grain, template) if is_grain_state(grain) else grain
+            _check_worker(grain, path)
+        converted.append({"state": grain, "skip": 0, "exhausted": bool(exhausted[i])})
+    return {
+        "kind": MP_PREFETCH_KIND,
+        "num_workers": k,
+        "next_worker": nxt,
+        "position": 0,
+        "workers": converted,
+    }
+
+
+def _check_worker(state: Any, path: str) -> None:
+    if not isinstance(state, Mapping):
+        raise StateMismatchError(f"{path} must be a dict in a Grain mp_prefetch state.")
+
+
+def dataloader_mp_state(
+    state: Mapping[str, Any], *, worker_count: int, shard_index: int, shard_count: int
+) -> dict[str, Any]:
+    """Grain's ``mp_prefetch`` state (the form :func:`from_grain_mp_state` reads) at the position
+    of a Grain ``DataLoader`` state saved with ``worker_count > 0``.
+
+    Worker ``w`` continues at the next element of its share after ``last_seen_indices[w]`` (an
+    index of the sampler; its pipeline's ``to_iter_dataset`` state is that share position), and
+    the worker after ``last_worker_index`` (modulo the worker count) gives the next element.
+    """
+    indices = dataloader_next_indices(
+        state, worker_count=worker_count, shard_index=shard_index, shard_count=shard_count
+    )
+    last = _signed(state.get("last_worker_index"), "last_worker_index")
+    return {
+        "next_index_in_cycle": (last + 1) % worker_count,
+        "next_index_in_datasets": worker_count,
+        "iterators_in_use_indices": list(range(worker_count)),
+        "iterators_in_use_states": [{"next_index": max(0, i)} for i in indices],
+        "exhausted": [0] * worker_count,
+        "future_states": {},
+    }

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 
 import numpy as np
 
 from grain_core.validation import check_int
 
 __all__ = ["ReadOptions", "MultiprocessingOptions", "DatasetOptions", "ExecutionTrackingMode"]
+
+_log = logging.getLogger(__name__)
 
 
 def _non_negative_int(owner: str, name: str, value: object) -> int:
@@ -30,8 +33,17 @@ class ReadOptions:
     prefetch_buffer_size: int = 500
 
     def __post_init__(self):
-        _non_negative_int("ReadOptions", "num_threads", self.num_threads)
-        _non_negative_int("ReadOptions", "prefetch_buffer_size", self.prefetch_buffer_size)
+        threads = _non_negative_int("ReadOptions", "num_threads", self.num_threads)
+        buffer = _non_negative_int("ReadOptions", "prefetch_buffer_size", self.prefetch_buffer_size)
+        if 0 < buffer < threads:  # logged, as Grain does (0 commonly disables reading ahead)
+            _log.warning(
+                "prefetch_buffer_size=%s is smaller than num_threads=%s. This will limit the "
+                "number of threads that can actually be used in parallel to %s, potentially "
+                "hurting performance. Please set prefetch_buffer_size >= num_threads.",
+                buffer,
+                threads,
+                buffer,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +62,14 @@ class MultiprocessingOptions:
 
     def __post_init__(self):
         _non_negative_int("MultiprocessingOptions", "num_workers", self.num_workers)
-        check_int(
-            self.per_worker_buffer_size, "MultiprocessingOptions.per_worker_buffer_size", minimum=1
+        size = check_int(
+            self.per_worker_buffer_size, "MultiprocessingOptions.per_worker_buffer_size", minimum=None
         )
+        if size <= 0:  # Grain's wording
+            raise ValueError(
+                f"`buffer_size` must be greater than 0, got {size} "
+                "(MultiprocessingOptions.per_worker_buffer_size)."
+            )
 
 
 class ExecutionTrackingMode(enum.Enum):

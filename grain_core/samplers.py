@@ -70,7 +70,12 @@ class IndexSampler:
         num_epochs: int | None = None,
         seed: int | None = None,
     ):
-        num_records = check_int(num_records, "IndexSampler num_records", minimum=1)
+        num_records = check_int(num_records, "IndexSampler num_records", minimum=None)
+        if num_records <= 0:  # Grain's wording
+            raise ValueError(
+                f"Invalid number of records in Sampler. Got {num_records} records, but number of "
+                "records must be greater than 0. Build the sampler with num_records=len(source)."
+            )
         if shard_options is None:
             shard_options = NoSharding()
         if not isinstance(shard_options, ShardOptions):
@@ -79,7 +84,12 @@ class IndexSampler:
                 f"ShardByJaxProcess(), ShardOptions(...)), got {type(shard_options).__name__}."
             )
         if num_epochs is not None:
-            num_epochs = check_int(num_epochs, "IndexSampler num_epochs (or None)", minimum=1)
+            num_epochs = check_int(num_epochs, "IndexSampler num_epochs", minimum=None)
+            if num_epochs <= 0:  # Grain's wording
+                raise ValueError(
+                    f"Invalid number of epochs in Index Sampler. Got {num_epochs} epochs, but "
+                    "number of epochs must be greater than 0 (or None to repeat forever)."
+                )
         if shuffle and seed is None:
             raise ValueError("Shuffling requires specifying a seed.")
         seed = _check_sampler_seed(seed)

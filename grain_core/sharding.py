@@ -9,11 +9,14 @@ read.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 
 from grain_core.validation import check_int
 
 __all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "shard_bounds"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,18 +37,36 @@ class ShardOptions:
     def __post_init__(self):
         owner = type(self).__name__
         index = check_int(self.shard_index, f"{owner}.shard_index", minimum=None)
-        count = check_int(self.shard_count, f"{owner}.shard_count", minimum=1)
+        count = check_int(self.shard_count, f"{owner}.shard_count", minimum=None)
+        if count <= 0:  # Grain's wording first
+            raise ValueError(
+                f"Number of shards must be a positive integer but got {count} "
+                f"({owner}.shard_count must be positive, got {count})."
+            )
         if not 0 <= index < count:
             raise ValueError(
-                f"{owner}.shard_index must be in [0, shard_count={count}), got {index}."
+                f"Shard shard_index must be in [0, shard_count - 1], shard_count was {count} and "
+                f"shard_index was {index} ({owner}.shard_index must be in [0, shard_count={count}), "
+                f"got {index})."
             )
         object.__setattr__(self, "shard_index", index)
         object.__setattr__(self, "shard_count", count)
         object.__setattr__(self, "drop_remainder", bool(self.drop_remainder))
 
     def bounds(self, num_records: int) -> tuple[int, int]:
-        """The ``[start, end)`` record range of this shard out of ``num_records``."""
-        return shard_bounds(num_records, self.shard_index, self.shard_count, self.drop_remainder)
+        """The ``[start, end)`` record range of this shard out of ``num_records``. With
+        ``drop_remainder`` and records left over, logs Grain's warning ``"Dropping N examples of M
+        examples (shard i)."`` (logger ``grain_core.sharding``)."""
+        bounds = shard_bounds(num_records, self.shard_index, self.shard_count, self.drop_remainder)
+        unused = num_records % self.shard_count
+        if self.drop_remainder and unused:  # logged, as Grain's even_split does
+            _log.warning(
+                "Dropping %d examples of %d examples (shard %d).",
+                unused,
+                num_records,
+                self.shard_index,
+            )
+        return bounds
 
 
 class NoSharding(ShardOptions):

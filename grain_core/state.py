@@ -30,6 +30,7 @@ __all__ = [
     "InvalidStateError",
     "StateField",
     "StateMismatchError",
+    "StateOutOfRangeError",
     "check_json_state",
     "check_same_pipeline",
     "check_state_fields",
@@ -48,6 +49,14 @@ STATE_FORMAT_VERSION = 1
 
 class StateMismatchError(ValueError):
     """A state does not fit the iterator it was given to (another pipeline, or another version)."""
+
+
+class StateOutOfRangeError(StateMismatchError, IndexError):
+    """A position in a state lies outside the data it is restored into.
+
+    A :class:`StateMismatchError` and an ``IndexError``, which Grain raises for a checkpoint's
+    ``next_index`` out of range.
+    """
 
 
 class InvalidStateError(StateMismatchError, TypeError):

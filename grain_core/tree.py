@@ -65,10 +65,14 @@ def _structure_error(elements: Sequence[Any], op: str) -> ValueError:
         got = [p for p, _ in flatten_with_paths(e)]
         if got != ref:
             return ValueError(
-                f"Cannot {op} elements with different structures: element 0 has leaves {ref}, "
-                f"element {i} has leaves {got}."
+                "Expected all input elements to have the same structure but got: element 0 has "
+                f"leaves {ref}, element {i} has leaves {got} (cannot {op} elements with different "
+                "structures)."
             )
-    return ValueError(f"Cannot {op} elements with different structures.")
+    return ValueError(
+        "Expected all input elements to have the same structure but got elements with different "
+        f"structures (cannot {op} them)."
+    )
 
 
 def _leaf_op(op: str, np_fn: Callable[[Sequence[Any]], np.ndarray], elements: Sequence[Any]) -> Any:

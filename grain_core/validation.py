@@ -7,14 +7,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_indices", "check_int"]
+__all__ = ["ArgumentTypeError", "check_indices", "check_int"]
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type where Grain raises ``ValueError``: both, so code written for
+    Grain (``except ValueError``) and for Python's convention (``except TypeError``) catch it."""
 
 
 def check_int(value: Any, what: str, *, minimum: int | None = 0) -> int:
     """Returns ``value`` as an ``int`` if it is an integer (not a bool) of at least ``minimum``.
 
-    Raises ``TypeError`` ("<what> must be an int, got str") or ``ValueError`` ("<what> must be a
-    positive int, got 0" / "<what> must be >= 0, got -1"). ``minimum=None`` skips the bound.
+    Raises ``TypeError`` ("<what> must be an int, got str") or ``ValueError`` ("<what> must be
+    positive, got 0" / "<what> must be non-negative, got -1" / "<what> must be >= 2, got 1": Grain's
+    wording, which users match on). ``minimum=None`` skips the bound.
     """
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int, got bool.")
@@ -23,7 +29,7 @@ def check_int(value: Any, what: str, *, minimum: int | None = 0) -> int:
     except TypeError:
         raise TypeError(f"{what} must be an int, got {type(value).__name__}.") from None
     if minimum is not None and v < minimum:
-        bound = "a positive int" if minimum == 1 else f">= {minimum}"
+        bound = {1: "positive", 0: "non-negative"}.get(minimum, f">= {minimum}")
         raise ValueError(f"{what} must be {bound}, got {v}.")
     return v
 

@@ -1,6 +1,8 @@
 """The state contract: JSON states, exact restore, refusal of states from other pipelines."""
 
 import json
+import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -80,10 +82,14 @@ def test_restore_after_exhaustion_and_threads():
     assert list(it2) == out[10:]
 
 
-def test_filter_warning_and_raise_thresholds():
+def test_filter_warning_and_raise_thresholds(caplog):
     ds = grain.MapDataset.range(3000).filter(lambda x: x % 20 == 0).to_iter_dataset()
-    with pytest.warns(UserWarning, match="filters dropped"):
+    # As in Grain, the warning is logged (caplog / assertLogs capture it), not a warnings.warn.
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings():
+        warnings.simplefilter("error")
         list(ds)
+    assert [r.levelno for r in caplog.records if "skipped" in r.getMessage()] == [logging.WARNING]
+    assert "% of the last seen" in caplog.records[-1].getMessage()
     strict = grain.experimental.WithOptionsIterDataset(
         ds, grain.experimental.DatasetOptions(filter_raise_threshold_ratio=0.5)
     )

@@ -11,6 +11,11 @@
 ``DataLoader``'s); ``state`` then holds that JSON text as a string and restoring hands the same
 bytes back. Files are written to a temporary name and renamed, so a reader sees a whole file or
 none. They are parsed with ``json`` only: nothing is ever unpickled.
+
+The files Grain's own ``PyGrainCheckpointHandler`` writes (same names, holding the iterator's
+state itself: the decoded JSON of a ``DataLoaderIterator`` state, or a dataset iterator's dict) are
+read too: :func:`read_state_file` returns such a state as it is, and :func:`restore_iterator`
+hands it to ``set_state``, which translates it (:mod:`grain_core.grain_states`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from grain_core.checkpoint.errors import (
     CheckpointPipelineMismatchError,
     CheckpointProcessCountError,
 )
+from grain_core.grain_states import is_grain_state
 from grain_core.state import StateMismatchError, check_json_state
 
 FORMAT_NAME = "grain_core.iterator_state"
@@ -261,6 +267,8 @@ def read_state_file(
             "the checkpoint is incomplete."
         )
     doc = read_state_doc(directory, name)
+    if is_grain_file(doc):
+        return doc  # written by Grain's PyGrainCheckpointHandler: the state itself
     state = decode_state(doc, str(_join(directory, name)))
     if (doc["process_index"], doc["process_count"]) != (process_index, process_count):
         raise CheckpointFormatError(
@@ -268,6 +276,12 @@ def read_state_file(
             "file was renamed or corrupted."
         )
     return state
+
+
+def is_grain_file(doc: Any) -> bool:
+    """True for the content of a state file written by Grain's ``PyGrainCheckpointHandler`` (an
+    iterator state without grain_core's envelope)."""
+    return isinstance(doc, Mapping) and "format" not in doc and is_grain_state(doc)
 
 
 def _kind(state: Any) -> Any:
@@ -283,7 +297,9 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
     """
     current = iterator.get_state()
     mp_kind = "MultiprocessPrefetchDatasetIterator"
-    if (
+    if is_grain_file(state):
+        pass  # a state Grain wrote: set_state translates it (or refuses, saying what differs)
+    elif (
         isinstance(state, Mapping)
         and isinstance(current, Mapping)
         and _kind(current) != _kind(state)

@@ -159,6 +159,16 @@ def _plugin_factory(cls: type, name: str) -> Any:
 class MapDatasetMeta(abc.ABCMeta):
     """Metaclass holding ``MapDataset``'s factories; plugin factories resolve here by name."""
 
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        ds = super().__call__(*args, **kwargs)
+        # The construction, so mp_prefetch(sequential_slice=True) can build the stage again over a
+        # slice of its sources (grain_core.dataset.sequential).
+        try:
+            ds._constructor_call = (args, kwargs)
+        except AttributeError:  # a stage with __slots__: sequential_slice refuses it
+            pass
+        return ds
+
     def source(cls, source: Any) -> MapDataset:
         """Returns a dataset over ``source``: any ``Sequence`` or ``RandomAccessDataSource``."""
         return installed.SourceMapDataset(source)
@@ -417,19 +427,17 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
         Each worker runs the pipeline over its slice of the ``MapDataset`` stage; the output order
         depends only on the pipeline and the worker count. Without ``options``: 10 workers, capped
-        at the number of CPUs. ``sequential_slice=True`` (Grain: contiguous worker slices) is
-        refused with ``ValueError``: workers read strided slices (``i::num_workers``). ``runtime``
+        at the number of CPUs. Workers read strided slices of the ``MapDataset`` stage (worker ``i``
+        reads indices ``i::num_workers``); with ``sequential_slice=True`` (Grain's option) each
+        worker reads a contiguous block of the sources instead, and the stages up to
+        ``to_iter_dataset`` (a shuffle included) run over that block
+        (:mod:`grain_core.dataset.sequential`). ``runtime``
         picks where workers run: a runtime object or a registered runtime name (default
         ``"processes"``: local processes; see ``docs/runtime.md``).
         """
-        if sequential_slice:
-            raise ValueError(
-                "mp_prefetch(sequential_slice=True) is not supported: grain_core workers read "
-                "strided slices (indices i::num_workers). Leave sequential_slice=False (see "
-                "docs/migration.md)."
-            )
         return installed.MultiprocessPrefetchIterDataset(
-            self, options, worker_init_fn=worker_init_fn, runtime=runtime
+            self, options, worker_init_fn=worker_init_fn, runtime=runtime,
+            sequential_slice=sequential_slice,
         )
 
     def prefetch(self, multiprocessing_options: MultiprocessingOptions) -> IterDataset[T]:
@@ -630,9 +638,10 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
                 try:
                     state = _grain_states.from_grain_state(state, template)
                 except _state.StateMismatchError:
+                    if _grain_states.is_grain_mp_state(state):
+                        raise  # no stage reads Grain's mp_prefetch states itself
                     # Not a shape grain_states knows: stages that read Grain states themselves
                     # (ElasticIterator, ...) get it as it is; the others refuse it below.
-                    pass
         if getattr(_rollback, "armed", False):
             set_state(self, state)
             return

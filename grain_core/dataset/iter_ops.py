@@ -15,6 +15,7 @@ from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import can_unread, unread
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.prefetch import FilterRatioCheck
+from grain_core.dataset.sharing import current_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_int
 
@@ -326,7 +327,12 @@ class _MapIterator(_ChunkedOneToOne):
 
 
 class RandomMapIterDataset(_OneParentIterDataset):
-    """``transform(element, rng)`` with ``rng = element_rng(seed, number of elements before it)``."""
+    """``transform(element, rng)`` with ``rng = element_rng(seed, number of elements before it)``.
+
+    In worker ``w`` of ``K`` (``mp_prefetch`` / ``multithread_prefetch``) the ``n``-th element the
+    worker maps gets ``element_rng(seed, w + n * K)``, as in Grain: with strided worker shares every
+    element gets the generator it gets without workers.
+    """
 
     def __init__(self, parent: IterDataset, transform: Any, seed: int | None = None):
         super().__init__(parent)
@@ -348,9 +354,11 @@ class _RandomMapIterator(_ChunkedOneToOne):
         super().__init__(parent, fn)
         self._seed = seed
         self._rngs = _seeds.ElementRngs(seed)
+        # Grain's mp_context: worker w of K numbers its elements w, w + K, w + 2K, ...
+        self._worker, self._workers = current_worker() or (0, 1)
 
     def _call(self, x, i):
-        return self._fn(x, self._rngs(i))
+        return self._fn(x, self._rngs(self._worker + i * self._workers))
 
     def _extra_state(self):
         return {"count": self._count, "seed": self._seed}
@@ -912,7 +920,7 @@ class RepeatIterDataset(_OneParentIterDataset):
     def __init__(self, parent: IterDataset, num_epochs: int | None = None):
         super().__init__(parent)
         self._epochs = None if num_epochs is None else check_int(
-            num_epochs, "RepeatIterDataset num_epochs (or None)", minimum=1
+            num_epochs, "RepeatIterDataset: num_epochs", minimum=1
         )
 
     def __iter__(self):

@@ -15,7 +15,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import MapDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
-from grain_core.validation import check_int
+from grain_core.validation import ArgumentTypeError, check_int
 
 
 def _index_array(indices: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -169,7 +169,10 @@ class SliceMapDataset(MapDataset):
     def __init__(self, parent: MapDataset, sl: slice):
         super().__init__(parent)
         if not isinstance(sl, slice):
-            raise TypeError(f"slice() expects a slice object, got {type(sl).__name__}.")
+            raise ArgumentTypeError(
+                f"sl is not a slice: {type(sl)}. MapDataset.slice expects a slice object, e.g. "
+                "ds.slice(slice(2, 10, 2)) (or ds[2:10:2])."
+            )
         if sl.step == 0:
             raise ValueError("slice step cannot be zero.")
         self._parent = parent
@@ -398,7 +401,7 @@ class RepeatMapDataset(MapDataset):
         if n >= sys.maxsize:
             raise ValueError("Cannot repeat an infinite dataset (it is already repeated).")
         if num_epochs is not None:
-            num_epochs = check_int(num_epochs, "repeat(num_epochs) (or None)", minimum=1)
+            num_epochs = check_int(num_epochs, "repeat: num_epochs", minimum=1)
         self._parent = parent
         self._epochs = num_epochs
         # Repeating an empty dataset gives an empty one (as in Grain), never an infinite dataset

@@ -160,7 +160,10 @@ class ConcatenateMapDataset(MapDataset):
         datasets = _check_datasets(datasets, MapDataset, "MapDataset.concatenate")
         for i, d in enumerate(datasets):
             if len(d) >= sys.maxsize:
-                raise ValueError(f"MapDataset.concatenate: dataset {i} is infinite; concatenate before repeat().")
+                raise ValueError(
+                    f"Cannot concatenate infinite datasets. {d} is infinite (dataset {i} of "
+                    "MapDataset.concatenate); concatenate before repeat()."
+                )
         super().__init__(datasets)
         self._lens = [len(d) for d in datasets]
         self._starts = [0]

@@ -34,17 +34,18 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import operator
 import sys
 import threading
 import time
-import warnings
 from concurrent import futures
 from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
-from grain_core.dataset.sharing import claim_worker_share
+from grain_core.dataset.sequential import contiguous_share
+from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
 from grain_core.options import DatasetOptions, ReadOptions
 
 _MIN_CHUNK_SECONDS = 0.002
@@ -78,10 +79,16 @@ def map_fingerprint(ds: MapDataset) -> str:
 
 
 _DEFAULT_OPTIONS = DatasetOptions()
+_log = logging.getLogger(__name__)
 
 
 class FilterRatioCheck:
-    """Counts kept and dropped elements and warns or raises per ``DatasetOptions``."""
+    """Counts kept and dropped elements and warns or raises per ``DatasetOptions``.
+
+    The warning goes through ``logging`` (logger ``grain_core.dataset.prefetch``, level WARNING, once
+    per iterator), as Grain logs it; the error is a :class:`FilterRatioError` (a ``ValueError``).
+    Both use Grain's wording (``"Transformation ... skipped ... % of the last seen ... elements"``).
+    """
 
     def __init__(self, where: str):
         self._where = where
@@ -98,9 +105,11 @@ class FilterRatioCheck:
         ratio = self._dropped / self._seen
         if opts.filter_raise_threshold_ratio is not None and ratio > opts.filter_raise_threshold_ratio:
             raise FilterRatioError(
-                f"{self._where}: filters dropped {ratio:.1%} of {self._seen} elements, above "
-                f"filter_raise_threshold_ratio={opts.filter_raise_threshold_ratio}. Store a filtered "
-                "copy of the data or raise the threshold via WithOptionsIterDataset."
+                f"Transformation {self._where} skipped {ratio * 100:.2f} % of the last seen "
+                f"{self._seen} elements, above filter_raise_threshold_ratio="
+                f"{opts.filter_raise_threshold_ratio}. Please check the filtering logic. If this is "
+                "intended, store a filtered copy of the data, or raise the threshold (None disables "
+                "the check) with grain.experimental.DatasetOptions in WithOptionsIterDataset."
             )
         if (
             not self._warned
@@ -108,11 +117,17 @@ class FilterRatioCheck:
             and ratio > opts.filter_warn_threshold_ratio
         ):
             self._warned = True
-            warnings.warn(
-                f"{self._where}: filters dropped {ratio:.1%} of {self._seen} elements (threshold "
-                f"{opts.filter_warn_threshold_ratio}). Reading mostly-filtered data is slow; consider "
-                "storing a filtered copy.",
-                stacklevel=3,
+            _log.warning(
+                "Transformation %s skipped %.2f %% of the last seen %d elements (threshold "
+                "filter_warn_threshold_ratio=%s). Please check the filtering logic. Reading "
+                "mostly-filtered data is slow: if this is intended, consider storing a filtered "
+                "copy. To disable this check, set "
+                "grain.experimental.DatasetOptions.filter_warn_threshold_ratio used in "
+                "WithOptionsIterDataset to None.",
+                self._where,
+                ratio * 100,
+                self._seen,
+                opts.filter_warn_threshold_ratio,
             )
 
 
@@ -139,7 +154,10 @@ class PrefetchIterDataset(IterDataset):
     def __iter__(self) -> PrefetchDatasetIterator:
         it = PrefetchDatasetIterator(self._map_ds, self.read_options, self.allow_nones)
         share = claim_worker_share()
-        if share is not None:
+        if share is not None and sequential_worker_share():
+            if share[1] > 1:  # one worker reads everything, as in Grain
+                it.set_dataset(contiguous_share(self._map_ds, *share))
+        elif share is not None:
             it.set_slice(slice(share[0], None, share[1]))
         return it
 
@@ -190,8 +208,13 @@ class PrefetchDatasetIterator(DatasetIterator):
 
     def set_slice(self, sl: slice) -> None:
         """Restricts this iterator to ``ds[sl]``; only valid before the first element is read."""
+        self.set_dataset(self._full_ds.slice(sl))
+
+    def set_dataset(self, ds: MapDataset) -> None:
+        """Reads ``ds`` (a share of the dataset, e.g. a worker's sequential slice) instead; only
+        valid before the first element is read."""
         self._cancel_pending()
-        self._configure(self._full_ds.slice(sl))
+        self._configure(ds)
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -411,8 +434,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         )
         index = int(state["next_index"])
         if index < 0 or index > self._len:
-            raise _state.StateMismatchError(
-                f"next_index={index} is outside this dataset of length {self._len}."
+            raise _state.StateOutOfRangeError(
+                f"Checkpoint `next_index` {index} is out of range for dataset of length "
+                f"{self._len}. The state comes from another (longer) pipeline or was altered."
             )
         self._cancel_pending()
         self._next_index = index

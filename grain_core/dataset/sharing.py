@@ -17,18 +17,28 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-__all__ = ["WorkerShare", "claim_worker_share", "no_worker_share", "worker_share"]
+__all__ = [
+    "WorkerShare",
+    "claim_worker_share",
+    "current_worker",
+    "no_worker_share",
+    "sequential_worker_share",
+    "worker_share",
+]
 
 
 class WorkerShare:
-    """This worker's ``index`` among ``count`` workers, and whether any stage took its share."""
+    """This worker's ``index`` among ``count`` workers, whether its share is a contiguous block of
+    the sources (``sequential``) rather than every ``count``-th index, and whether any stage took
+    its share."""
 
-    __slots__ = ("index", "count", "claimed")
+    __slots__ = ("index", "count", "claimed", "sequential")
 
-    def __init__(self, index: int, count: int):
+    def __init__(self, index: int, count: int, sequential: bool = False):
         if not 0 <= index < count:
             raise ValueError(f"worker index {index} is not in [0, {count}).")
         self.index, self.count, self.claimed = index, count, False
+        self.sequential = bool(sequential)
 
 
 _SHARE: contextvars.ContextVar[WorkerShare | None] = contextvars.ContextVar(
@@ -37,10 +47,11 @@ _SHARE: contextvars.ContextVar[WorkerShare | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def worker_share(index: int, count: int) -> Iterator[WorkerShare]:
-    """Iterators created inside read worker ``index``'s share of ``count``; yields the share, whose
-    ``claimed`` says afterwards whether any stage could split its input."""
-    share = WorkerShare(index, count)
+def worker_share(index: int, count: int, sequential: bool = False) -> Iterator[WorkerShare]:
+    """Iterators created inside read worker ``index``'s share of ``count`` (a contiguous block of
+    the sources when ``sequential``); yields the share, whose ``claimed`` says afterwards whether
+    any stage could split its input."""
+    share = WorkerShare(index, count, sequential)
     token = _SHARE.set(share)
     try:
         yield share
@@ -66,3 +77,19 @@ def claim_worker_share() -> tuple[int, int] | None:
         return None
     share.claimed = True
     return share.index, share.count
+
+
+def sequential_worker_share() -> bool:
+    """Whether the share being read now is a contiguous block of the sources
+    (``mp_prefetch(sequential_slice=True)``); stages that cannot read such a block read their
+    strided share (as Grain's interleave does)."""
+    share = _SHARE.get()
+    return share is not None and share.sequential
+
+
+def current_worker() -> tuple[int, int] | None:
+    """``(index, count)`` of the worker whose iterator is being created now (outside
+    :func:`no_worker_share`), else None; unlike :func:`claim_worker_share` it takes nothing. Grain's
+    ``random_map`` reads the same context (its ``mp_context``) to number elements across workers."""
+    share = _SHARE.get()
+    return None if share is None else (share.index, share.count)

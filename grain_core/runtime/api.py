@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from grain_core import grain_states as _grain_states
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset
 from grain_core.options import MultiprocessingOptions
@@ -251,6 +252,8 @@ class WorkerJob:
     buffer_size: int
     environment: WorkerEnvironment
     profiling: bool = False
+    #: Workers read contiguous blocks of the sources (``mp_prefetch(sequential_slice=True)``).
+    sequential_slice: bool = False
 
     @classmethod
     def create(
@@ -259,6 +262,8 @@ class WorkerJob:
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None = None,
         stats_hook: Callable[[Any], tuple[Any, Callable[[], Any]]] | None = None,
+        *,
+        sequential_slice: bool = False,
     ) -> WorkerJob:
         """``stats_hook(dataset) -> (iterator, report)`` replaces ``iter(dataset)`` in the workers
         when statistics are collected (``grain_core.stats``); ``report()`` is sent before each
@@ -272,6 +277,7 @@ class WorkerJob:
             buffer_size=options.per_worker_buffer_size,
             environment=WorkerEnvironment.capture(),
             profiling=options.enable_profiling,
+            sequential_slice=sequential_slice,
         )
 
 
@@ -490,7 +496,7 @@ class WorkerLoop:
         from grain_core.dataset.sharing import worker_share
 
         count = self.job.worker_count
-        with worker_share(self.index, count) as share:
+        with worker_share(self.index, count, sequential=self.job.sequential_slice) as share:
             if stats_hook is not None:
                 it, self.stats_report = stats_hook(ds)
             else:
@@ -498,7 +504,8 @@ class WorkerLoop:
         if not share.claimed and count > 1:
             it.close()
             raise ValueError(
-                f"mp_prefetch with {count} workers: no stage of this pipeline can read a "
+                f"Cannot slice `IterDataset` source. mp_prefetch with {count} workers: no "
+                "stage of this pipeline can read a "
                 "share of its input, so every worker would produce every element. Put a "
                 "MapDataset.to_iter_dataset() (or a plugin stage that splits its input, such as "
                 "InterleaveIterDataset) upstream of mp_prefetch."
@@ -1075,6 +1082,10 @@ class RoundRobinConsumer(DatasetIterator):
     def set_state(self, state: dict[str, Any]) -> None:
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        if _grain_states.is_grain_mp_state(state):  # saved by Grain's mp_prefetch iterator
+            state = _grain_states.from_grain_mp_state(
+                state, [self.template(i) for i in range(self._k)]
+            )
         state = elastic.adapt_state(self, state)
         _state.expect_state(
             state, STATE_KIND, ("num_workers", "next_worker", "workers"), num_workers=self._k
@@ -1151,6 +1162,11 @@ class RoundRobinConsumer(DatasetIterator):
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         templates = [self.template(i) for i in range(self._k)]
         problem = next((p for p in self._elastic_problems if p is not None), None)
+        if self._job.sequential_slice:
+            problem = (
+                "its workers read contiguous slices of the sources (sequential_slice=True), and "
+                "what each worker reads depends on the worker count."
+            )
         if problem is None and any(t is None for t in templates):
             problem = "a worker could not build its pipeline (its error is raised at next())."
         return elastic.worker_target(self._parent_ds, templates, problem)

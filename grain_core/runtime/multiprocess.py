@@ -97,6 +97,7 @@ class MultiprocessPrefetchIterDataset(IterDataset):
         multiprocessing_options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
         runtime: Runtime | str | None = None,
+        sequential_slice: bool = False,
     ):
         if not isinstance(parent, IterDataset):
             raise TypeError(f"mp_prefetch needs an IterDataset parent, got {type(parent).__name__}.")
@@ -110,6 +111,8 @@ class MultiprocessPrefetchIterDataset(IterDataset):
         super().__init__(parent)
         self.multiprocessing_options = multiprocessing_options
         self.worker_init_fn = worker_init_fn
+        #: Workers read contiguous blocks of the sources (:mod:`grain_core.dataset.sequential`).
+        self.sequential_slice = bool(sequential_slice)
         #: ``(dataset) -> (iterator, report)`` the workers build their iterators with; set by
         #: ``grain_core.stats`` on its instrumented copy (workers then report statistics).
         self.stats_hook: Callable[[Any], tuple[Any, Callable[[], Any]]] | None = None
@@ -134,6 +137,7 @@ class MultiprocessPrefetchIterDataset(IterDataset):
             self.worker_init_fn,
             runtime=self.runtime,
             stats_hook=stats_hook,
+            sequential_slice=self.sequential_slice,
         )
 
 
@@ -152,8 +156,11 @@ class MultiprocessPrefetchDatasetIterator(RoundRobinConsumer):
         *,
         runtime: Runtime | str | None = None,
         stats_hook: Callable[[Any], tuple[Any, Callable[[], Any]]] | None = None,
+        sequential_slice: bool = False,
     ):
-        job = WorkerJob.create(parent, options, worker_init_fn, stats_hook)
+        job = WorkerJob.create(
+            parent, options, worker_init_fn, stats_hook, sequential_slice=sequential_slice
+        )
         pool = resolve_runtime(runtime).start_workers(job)
         super().__init__(pool, job, parent, collect_stats=stats_hook is not None)
 

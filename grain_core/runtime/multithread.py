@@ -34,54 +34,55 @@ def multithread_prefetch(
 ) -> IterDataset:
     """Returns ``ds`` produced by ``num_threads`` threads (see the module docstring).
 
-    ``sequential_slice=True`` (Grain: each thread reads one contiguous block) is refused with a
-    ``ValueError``: grain_core's shares are strided (``i::K``), as for ``mp_prefetch``.
+    ``sequential_slice=True`` (Grain's option): each thread reads a contiguous block of the
+    sources instead of a strided share, as ``mp_prefetch(sequential_slice=True)`` workers do
+    (:mod:`grain_core.dataset.sequential`).
     """
     if not isinstance(ds, IterDataset):
         raise TypeError(f"multithread_prefetch expects an IterDataset, got {type(ds).__name__}.")
     num_threads = check_int(num_threads, "multithread_prefetch num_threads")
     buffer_size = check_int(buffer_size, "multithread_prefetch buffer_size")
-    if sequential_slice:
-        raise ValueError(
-            "multithread_prefetch(sequential_slice=True) is not supported: grain_core threads read "
-            "strided shares (indices i::num_threads) as mp_prefetch workers do. Leave "
-            "sequential_slice=False (see docs/migration.md)."
-        )
     if num_threads == 0:
         return ds
-    return MultithreadPrefetchIterDataset(ds, num_threads, buffer_size)
+    return MultithreadPrefetchIterDataset(ds, num_threads, buffer_size, bool(sequential_slice))
 
 
 class MultithreadPrefetchIterDataset(IterDataset):
     """``parent`` produced by ``num_threads`` threads, round-robin (see the module docstring)."""
 
-    def __init__(self, parent: IterDataset, num_threads: int, buffer_size: int):
+    def __init__(
+        self, parent: IterDataset, num_threads: int, buffer_size: int, sequential_slice: bool = False
+    ):
         super().__init__(parent)
+        self._sequential = bool(sequential_slice)
         self._parent = parent
         self._num_threads = check_int(num_threads, "num_threads", minimum=1)
         self._buffer_size = check_int(buffer_size, "buffer_size")
 
     def __iter__(self) -> DatasetIterator:
-        return _MultithreadIterator(self._parent, self._num_threads, self._buffer_size)
+        return _MultithreadIterator(
+            self._parent, self._num_threads, self._buffer_size, self._sequential
+        )
 
     def __repr__(self) -> str:
         return f"MultithreadPrefetchIterDataset(num_threads={self._num_threads}, buffer_size={self._buffer_size})"
 
 
 class _MultithreadIterator(DatasetIterator):
-    def __init__(self, parent: IterDataset, k: int, buffer_size: int):
+    def __init__(self, parent: IterDataset, k: int, buffer_size: int, sequential: bool = False):
         inner: list[DatasetIterator] = []
         try:
             for i in range(k):
                 if k == 1:
                     it = iter(parent)
                 else:
-                    with worker_share(i, k) as share:
+                    with worker_share(i, k, sequential=sequential) as share:
                         it = iter(parent)
                     if not share.claimed:
                         it.close()
                         raise ValueError(
-                            "multithread_prefetch cannot split this pipeline between threads: no "
+                            "Cannot slice `IterDataset` source. multithread_prefetch cannot "
+                            "split this pipeline between threads: no "
                             "stage reads a share of its input (it needs a MapDataset read by "
                             "to_iter_dataset, or a stage such as interleave)."
                         )

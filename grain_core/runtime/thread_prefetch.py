@@ -36,7 +36,10 @@ class ThreadPrefetchIterDataset(IterDataset):
                 f"ThreadPrefetchIterDataset needs an IterDataset parent, got {type(parent).__name__}."
             )
         if isinstance(prefetch_buffer_size, bool) or int(prefetch_buffer_size) < 0:
-            raise ValueError(f"prefetch_buffer_size must be >= 0, got {prefetch_buffer_size!r}.")
+            raise ValueError(
+                "`prefetch_buffer_size` must be greater than or equal to 0, got "
+                f"{prefetch_buffer_size!r}."
+            )
         super().__init__(parent)
         self.prefetch_buffer_size = int(prefetch_buffer_size)
 

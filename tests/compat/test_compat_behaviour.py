@@ -188,8 +188,10 @@ def test_multithread_prefetch_order_and_checkpoint_are_grains():
     assert list(mt) == G["multithread_prefetch_3"]
     grain.experimental.assert_equal_output_after_checkpoint(mt)
     assert grain.experimental.multithread_prefetch(ds, 0, 2) is ds
-    with pytest.raises(ValueError, match="sequential_slice"):
-        grain.experimental.multithread_prefetch(ds, 2, 2, sequential_slice=True)
+    # sequential_slice: thread i reads the contiguous block i of [0, 4), [4, 8), [8, 11).
+    seq = grain.experimental.multithread_prefetch(ds, 3, 2, sequential_slice=True)
+    assert [int(x) for x in seq] == [0, 8, 16, 2, 10, 18, 4, 12, 20, 6, 14]
+    grain.experimental.assert_equal_output_after_checkpoint(seq)
 
 
 def test_cache_iter_dataset_replays_as_grain_does():
@@ -236,11 +238,6 @@ def test_repeat_without_reseeding_repeats_the_first_epoch():
     assert epochs[0] == epochs[1] == epochs[2] == list(base)
     reseeded = list(base.repeat(3))
     assert reseeded[4:8] != reseeded[:4]
-
-
-def test_mp_prefetch_refuses_sequential_slice():
-    with pytest.raises(ValueError, match="sequential_slice"):
-        grain.MapDataset.range(4).to_iter_dataset().mp_prefetch(None, sequential_slice=True)
 
 
 def test_dataset_options_take_grains_fields():
@@ -457,3 +454,17 @@ def test_compat_stages_pass_the_conformance_kit():
 
     for make, other in ((elastic, 80), (cache, 30), (multithread, 30)):
         testing.check_stage(make, foreign=functools.partial(make, other))
+
+
+def test_a_fractional_seed_is_refused_where_grain_truncates_it():
+    """docs/differences.md: Grain 0.2.18 runs ``shuffle(seed=1.5)`` as ``seed=1``; we refuse it."""
+    ds = grain.MapDataset.range(10)
+    with pytest.raises(TypeError, match="seed must be an integer"):
+        ds.shuffle(seed=1.5)
+    assert list(ds.shuffle(seed=1)) == [5, 7, 6, 0, 4, 8, 9, 2, 1, 3]  # recorded from google grain 0.2.18
+
+
+def test_batching_a_filtered_map_dataset_gives_short_batches():
+    """docs/differences.md: Grain refuses ``MapDataset.filter(...).batch(...)``; we batch what passes."""
+    ds = grain.MapDataset.range(10).filter(lambda x: x % 3).batch(3)
+    assert [b.tolist() for b in ds] == [[1, 2], [4, 5], [7, 8]]

@@ -49,7 +49,7 @@ def test_restoring_a_worker_state_without_workers_names_the_worker_counts(has_ru
 def test_shard_options_reuse_check_int():
     with pytest.raises(TypeError, match="ShardOptions.shard_index must be an int, got str"):
         grain.ShardOptions("0", 2)
-    with pytest.raises(ValueError, match="ShardOptions.shard_count must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="ShardOptions.shard_count must be positive, got 0"):
         grain.ShardOptions(0, 0)
     with pytest.raises(ValueError, match="shard_index must be in"):
         grain.ShardOptions(-1, 2)

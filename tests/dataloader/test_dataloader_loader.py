@@ -218,11 +218,11 @@ def test_sources_with_bulk_reads():
 def test_bad_inputs():
     with pytest.raises(ValueError, match="num_records=11.*10 records"):
         grain.DataLoader(data_source=list(range(10)), sampler=grain.IndexSampler(11))
-    with pytest.raises(TypeError, match=r"operations\[1\] is a function"):
+    with pytest.raises(TypeError, match=r"operations\[1\] is a int"):
         grain.DataLoader(
             data_source=list(range(10)),
             sampler=grain.IndexSampler(10),
-            operations=[PlusOne(), lambda x: x],
+            operations=[PlusOne(), 3],
         )
     with pytest.raises(ValueError):
         Batch(0)

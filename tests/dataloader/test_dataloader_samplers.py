@@ -144,3 +144,51 @@ def test_record_and_metadata():
     r = grain.Record(metadata=m, data=b"x")
     assert r.data == b"x" and r.metadata.rng is None
     assert m.remove_record_key().record_key is None
+
+
+class _UnsizedSampler:
+    """Grain's ``Sampler`` protocol: ``__getitem__`` only; ``IndexError`` ends the epoch."""
+
+    def __init__(self, end):
+        self.end = end
+        self.calls = 0
+
+    def __getitem__(self, index):
+        self.calls += 1
+        if index >= self.end:
+            raise IndexError(index)
+        return grain.RecordMetadata(index=index, record_key=(index * 7) % self.end, rng=None)
+
+    def __repr__(self):
+        return f"_UnsizedSampler({self.end})"
+
+
+@pytest.mark.parametrize("end", [0, 1, 2, 3, 17, 64, 1000])
+def test_sampler_without_len_ends_the_epoch_at_its_index_error(end):
+    source = list(range(1000))
+    loader = grain.DataLoader(data_source=source, sampler=_UnsizedSampler(end),
+                              shard_options=grain.NoSharding())
+    assert list(loader) == [(i * 7) % end for i in range(end)]
+
+
+def test_sampler_without_len_with_workers_and_shards():
+    """As Grain: each shard reads every shard_count-th position until the sampler's IndexError; the
+    workers batch within themselves."""
+    source = list(range(100))
+    got = []
+    for shard in range(2):
+        loader = grain.DataLoader(
+            data_source=source, sampler=_UnsizedSampler(11), worker_count=2,
+            shard_options=grain.ShardOptions(shard_index=shard, shard_count=2),
+        )
+        got += list(loader)
+    assert sorted(got) == sorted((i * 7) % 11 for i in range(10))
+
+
+def test_finding_the_end_of_a_sampler_without_len_is_logarithmic():
+    sampler = _UnsizedSampler(10**6)
+    loader = grain.DataLoader(data_source=list(range(10**6)), sampler=sampler,
+                              shard_options=grain.NoSharding())
+    assert 0 < sampler.calls <= 2 * 21 + 2
+    it = iter(loader)
+    assert next(it) == 0

@@ -142,7 +142,7 @@ def test_runtime_registered_through_the_hook(fresh_plugins):
         assert isinstance(ds.runtime, ThreadRuntime)
         with iter(ds) as it:
             assert list(it) == list(_pipeline().mp_prefetch(_opts(2)))
-        with pytest.raises(ValueError, match=r"no runtime named 'thread'.*'processes', 'threads'"):
+        with pytest.raises(ValueError, match=r"no runtime named 'thread'.*'processes'.*'threads'"):
             _pipeline().mp_prefetch(_opts(2), runtime="thread")
     finally:
         plugins.unregister("threads_runtime_plugin")

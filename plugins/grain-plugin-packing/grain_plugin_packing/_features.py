@@ -45,14 +45,17 @@ class FeatureSpec:
         length_struct: Any,
         meta_features: Collection[str] = (),
         padding_struct: Any = None,
+        drop_extra: bool = False,
     ):
         self.owner = owner
+        self.drop_extra = drop_extra
         if length_struct is None:
             raise TypeError(f"{owner}: length_struct is required.")
         leaves = flatten(length_struct)
         if not leaves:
             raise ValueError(f"{owner}: length_struct has no features.")
         self.paths = [p for p, _ in leaves]
+        self._known = set(self.paths)
         self.lengths = np.array(
             [_positive(v, f"{owner}: length_struct[{path_name(p)}]") for p, v in leaves],
             dtype=np.int64,
@@ -97,10 +100,17 @@ class FeatureSpec:
         return hits[0]
 
     def arrays(self, element: Any) -> list[np.ndarray]:
-        """The element's feature arrays in ``self.paths`` order; raises on a mismatch."""
+        """The element's feature arrays in ``self.paths`` order; raises on a mismatch.
+
+        With ``drop_extra`` (the bin packers, as in Grain) features that ``length_struct`` does not
+        name are dropped; otherwise (``ConcatThenSplitIterDataset``, as in Grain) they raise
+        ``ValueError``, as does a feature that ``length_struct`` names but the element lacks.
+        """
         if self.trailing is not None and self._flat_keys and type(element) is dict:
-            # Fast path: a flat dict of arrays exactly like the earlier elements'.
-            if len(element) == len(self._flat_keys):
+            # Fast path: a flat dict of arrays like the earlier elements' (other keys dropped with ``drop_extra``).
+            if len(element) == len(self._flat_keys) or (
+                self.drop_extra and len(element) > len(self._flat_keys)
+            ):
                 out = [element.get(k) for k in self._flat_keys]
                 if all(
                     type(a) is np.ndarray and a.ndim and a.dtype == dt and a.shape[1:] == t
@@ -108,14 +118,23 @@ class FeatureSpec:
                 ):
                     return out
         leaves = _flatten_like(element, self.template)
+        if self.drop_extra:
+            leaves = [(p, leaf) for p, leaf in leaves if p in self._known]
         got = [p for p, _ in leaves]
         if got != self.paths:
             want = set(self.paths)
             have = set(got)
             missing = sorted(path_name(p) for p in want - have)
             extra = sorted(path_name(p) for p in have - want)
+            grain_phrase = (
+                ""
+                if self.drop_extra
+                else f"Parent element has structure {sorted(map(path_name, got))} but target "
+                f"sequence length is {self.template}. There must be a sequence length for each "
+                "feature. "
+            )
             raise ValueError(
-                f"{self.owner}: element features do not match length_struct: "
+                f"{grain_phrase}{self.owner}: element features do not match length_struct: "
                 f"missing {missing}, not in length_struct {extra}."
             )
         out = []

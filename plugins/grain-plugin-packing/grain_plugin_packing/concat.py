@@ -13,8 +13,9 @@ sequence features are empty still takes a segment id (as in grain).
 
 Meta features (``meta_features``) are never split and get no segment ids or positions: they have
 their own target length, every piece of an example carries the example's whole meta feature, and an
-example whose meta feature does not fit the rest of the row starts a new row. A meta feature longer
-than its target is truncated to it.
+example whose meta feature does not fit the rest of the row starts a new row (logged at ERROR level
+as Grain does: "Meta feature '...' limited packing ..."). A meta feature longer than its target is
+truncated to it.
 
 ``split_full_length_features=False``: an element with a feature of exactly its target length (and
 none longer) is emitted as a row of its own instead of being concatenated; such rows are queued and
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -48,6 +50,8 @@ from grain_core.state import StateField
 from grain_plugin_packing._features import FeatureSpec, path_name
 
 __all__ = ["BOSHandling", "ConcatThenSplitIterDataset"]
+
+_log = logging.getLogger(__name__)
 
 
 class BOSHandling(enum.Enum):
@@ -246,6 +250,20 @@ class _ConcatThenSplitIterator(OneParentIterator):
                     meta_fill[j] += m
         return spec.assemble(data, seg, pos)
 
+    def _log_meta_limit(self, el: _Element, meta_fill: np.ndarray) -> None:
+        for j, f in enumerate(self._meta):
+            length, target = int(el.meta_len[j]), int(self._meta_targets[j])
+            if meta_fill[j] + length > target:
+                key = path_name(self._spec.paths[f])
+                _log.error(
+                    "Meta feature '%s' limited packing. Resulting sequences might have unnecessary "
+                    "padding. Feature '%s' has sequence_length=%d but only have %d available tokens "
+                    "(target_sequence_length=%d). Consider increasing the target sequence length "
+                    "for '%s'.",
+                    key, key, length, target - int(meta_fill[j]), target, key,
+                )
+                return
+
     def _fill(self) -> None:
         """Reads elements until the row being filled is complete; queues it (first) and any
         full-length rows read meanwhile."""
@@ -278,7 +296,10 @@ class _ConcatThenSplitIterator(OneParentIterator):
                     continue
                 self._cur, self._offset, self._cur_anchor = el, 0, (call_state, reads - 1)
             if (meta_fill + el.meta_len > meta_targets).any():
-                break  # a meta feature does not fit: the element starts the next row
+                # A meta feature does not fit: the element starts the next row (logged as an
+                # error, as Grain does, since the row is padded).
+                self._log_meta_limit(el, meta_fill)
+                break
             off = self._offset
             room = target - fill
             if el.n - off > room:

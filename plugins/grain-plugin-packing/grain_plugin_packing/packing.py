@@ -3,12 +3,14 @@
 A packing round fills ``num_packing_bins`` bins: each element goes into the first bin (first fit) or
 the fullest bin (best fit) where every feature fits and the bin holds fewer than
 ``max_sequences_per_bin`` sequences. When an element fits nowhere, the round ends: its non-empty
-bins are yielded (in bin order, or shuffled with ``shuffle_bins``) and the element starts the next
-round. At the end of the input the last round's bins are yielded. A feature longer than its target
+bins are yielded (in bin order, or shuffled with ``shuffle_bins``: as in Grain, a round's bins are
+permuted by ``np.random.default_rng(seed + rows yielded before the round)``) and the element starts
+the next round. At the end of the input the last round's bins are yielded. A feature longer than its target
 length raises ``ValueError`` (as in Grain); with ``truncate_long_sequences=True`` it is truncated to
 the target instead (the cut tokens are not emitted). Scalar features pack as length-1 sequences. An
 element whose features are all empty still takes a
-segment id (as in grain), so a bin can hold only empty sequences and come out as padding.
+segment id (as in grain), so a bin can hold only empty sequences and come out as padding. Element
+features that ``length_struct`` does not name are dropped (as in Grain).
 
 ``pack_alignment_struct`` gives a per-feature alignment: after each sequence the feature's next free
 cell is rounded up to a multiple of it (the cells skipped are padding: padding value, segment id 0,
@@ -25,8 +27,10 @@ padding) and ``f_positions`` (0-based within each example); ``meta_features`` ar
 segment ids or positions.
 
 Checkpoints: the state names the parent state from which the current round can be rebuilt (plus how
-many elements to skip to re-read the element carried over from the previous round), the round number
-and how many of its bins were yielded; restoring replays the round.
+many elements to skip to re-read the element carried over from the previous round), the round number,
+how many of its bins were yielded and ``counter``, the rows yielded in all (Grain's field of that
+name, which seeds the bin shuffle); restoring replays the round. A state without ``counter`` (saved
+before it was added) is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core import seeds as _seeds
 from grain_core import state as _state
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.state import StateField
@@ -72,7 +75,8 @@ class _PackIterDataset(OneParentIterDataset):
             raise TypeError(f"{name} expects an IterDataset, got {type(parent).__name__}.")
         super().__init__(parent)
         self._parent = parent
-        self._spec_args = (name, length_struct, tuple(meta_features), padding_struct)
+        # Features length_struct does not name are dropped, as in Grain.
+        self._spec_args = (name, length_struct, tuple(meta_features), padding_struct, True)
         spec = FeatureSpec(*self._spec_args)  # validate eagerly
         self._align = [
             _positive(a, f"{name}: pack_alignment_struct[{path_name(p)}]")
@@ -92,7 +96,8 @@ class _PackIterDataset(OneParentIterDataset):
             else _positive(max_sequences_per_bin, f"{name}: max_sequences_per_bin")
         )
         self._shuffle = bool(shuffle_bins)
-        self._seed = self.resolve_seed(seed)
+        # As Grain's packers: ``seed`` defaults to 0; a ``seed()`` upstream does not seed them.
+        self._seed = self.resolve_seed(0 if seed is None else seed)
 
     def __iter__(self):
         return _PackIterator(self)
@@ -150,6 +155,9 @@ class _PackIterator(OneParentIterator):
         self._chunk_pos = 0
         self._chunk_state: Any = self._anchor[0]
         self._round_no = 0
+        # Rows yielded before the current round: Grain seeds a round's bin shuffle with
+        # ``seed + rows yielded so far``.
+        self._rows_before = 0
         self._round: _Round | None = None
         self._carry: list[np.ndarray] | None = None
         self._exhausted = False
@@ -285,7 +293,10 @@ class _PackIterator(OneParentIterator):
         used = np.flatnonzero(rnd.counts)
         if not ds._shuffle or len(used) < 2:
             return used.tolist()
-        used = used[_seeds.element_rng(ds._seed, self._round_no).permutation(len(used))]
+        # As Grain: numpy's default generator seeded with the stage seed plus the rows yielded
+        # before this round permutes the round's (non-empty, leading) bins.
+        rng = np.random.default_rng(ds._seed + self._rows_before)
+        used = used[rng.permuted(np.arange(len(used)))]
         if ds._group_by is not None:
             # Stable sort of the shuffled bins by the mean of the distinct non-zero values of the
             # group feature in each packed row (padding included; 0 when there are none).
@@ -312,6 +323,7 @@ class _PackIterator(OneParentIterator):
             if rnd is not None:
                 self._round = None
                 self._round_no += 1
+                self._rows_before += len(rnd.order)
                 self._anchor = self._next_anchor
             if self._exhausted and self._carry is None:
                 raise StopIteration
@@ -326,9 +338,11 @@ class _PackIterator(OneParentIterator):
         rnd = self._round
         if rnd is not None and rnd.emitted >= len(rnd.order):
             anchor, round_no, emitted = self._next_anchor, self._round_no + 1, 0
+            rows_before = self._rows_before + len(rnd.order)
         else:
             anchor, round_no = self._anchor, self._round_no
             emitted = 0 if rnd is None else rnd.emitted
+            rows_before = self._rows_before
         parent, skip, carry = anchor
         return _state.make_state(
             self.kind,
@@ -337,6 +351,7 @@ class _PackIterator(OneParentIterator):
             carry=carry,
             round=round_no,
             emitted=emitted,
+            counter=rows_before + emitted,
             fingerprint=self._fingerprint,
         )
 
@@ -347,23 +362,30 @@ class _PackIterator(OneParentIterator):
             "carry": StateField.flag(),
             "round": StateField.position(),
             "emitted": StateField.position(),
+            "counter": StateField.position(),
             "fingerprint": StateField.identity(),
         }
 
     def restore_state(self, state):
+        emitted, counter = int(state["emitted"]), int(state["counter"])
+        if counter < emitted:
+            raise _state.InvalidStateError(
+                f"{self.kind} state says {counter} rows were yielded in all but {emitted} in the "
+                "current round: the state was altered or corrupted."
+            )
         self._parent.set_state(state["parent"])
         self._exhausted = False
         self._round = None
         self._carry = None
         self._round_no = int(state["round"])
         skip, carry = int(state["skip"]), bool(state["carry"])
+        self._rows_before = counter - emitted
         self._anchor = (state["parent"], skip, carry)
         self._chunk, self._chunk_pos, self._chunk_state = [], 0, state["parent"]
         for _ in range(skip):
             self._next_raw()
         if carry:
             self._carry = self._read()
-        emitted = int(state["emitted"])
         if emitted:
             self._fill()
             if emitted > len(self._round.order):

@@ -140,33 +140,27 @@ def test_checkpoints(name, bins):
     testing.check_deterministic(lambda: _pack(name, docs, num_packing_bins=bins, seed=5))
 
 
-def test_seed_from_pipeline():
+def test_seed_defaults_to_zero_and_ignores_an_upstream_seed():
+    """As Grain's packers: ``seed`` defaults to 0, a ``seed()`` upstream does not change the bin
+    order, an explicit ``seed`` does."""
+
+    def ids(upstream, **kw):
+        ds = grain.experimental.FirstFitPackIterDataset(
+            _src(docs).seed(upstream),
+            length_struct={"inputs": 16, "targets": 16, "id": 4},
+            num_packing_bins=4,
+            meta_features=("id",),
+            **kw,
+        )
+        return [r["id"].tolist() for r in ds]
+
     docs = _docs()
-    a = grain.experimental.FirstFitPackIterDataset(
-        _src(docs).seed(1),
-        length_struct={"inputs": 16, "targets": 16, "id": 4},
-        num_packing_bins=4,
-        meta_features=("id",),
-    )
-    b = grain.experimental.FirstFitPackIterDataset(
-        _src(docs).seed(2),
-        length_struct={"inputs": 16, "targets": 16, "id": 4},
-        num_packing_bins=4,
-        meta_features=("id",),
-    )
-    assert [r["id"].tolist() for r in a] != [r["id"].tolist() for r in b]
+    assert ids(1) == ids(2) == ids(7, seed=0)
+    assert ids(1, seed=3) == ids(2, seed=3) != ids(1)
 
 
 def test_bad_inputs():
     FF = grain.experimental.FirstFitPackIterDataset
-    with pytest.raises(ValueError, match="missing"):
-        list(
-            FF(
-                _src([{"a": np.arange(3), "b": np.arange(2)}]),
-                length_struct={"a": 4},
-                num_packing_bins=1,
-            )
-        )
     with pytest.raises(ValueError, match="missing"):
         list(FF(_src([{"a": np.arange(3)}]), length_struct={"a": 4, "b": 4}, num_packing_bins=1))
     with pytest.raises(ValueError, match="positive"):
@@ -450,14 +444,21 @@ def test_rows_match_grain(name):
     ]
 
 
-def test_feature_missing_from_length_struct_is_named():
+def test_feature_not_in_length_struct_is_dropped_and_a_missing_one_is_named():
     FF = grain.experimental.FirstFitPackIterDataset
+    # As in Grain: the packers keep only the features length_struct names.
+    rows = list(
+        FF(_src([{"a": np.arange(3), "b": np.arange(2)}]), length_struct={"a": 4}, num_packing_bins=1)
+    )
+    assert sorted(rows[0]) == ["a", "a_positions", "a_segment_ids"]
+    assert rows[0]["a"].tolist() == [0, 1, 2, 0]
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        list(FF(_src([{"a": np.arange(3)}]), length_struct={"a": 4, "b": 4}, num_packing_bins=1))
+    # ConcatThenSplitIterDataset refuses other features, as Grain's does.
     with pytest.raises(ValueError, match=r"not in length_struct \['b'\]"):
         list(
-            FF(
-                _src([{"a": np.arange(3), "b": np.arange(2)}]),
-                length_struct={"a": 4},
-                num_packing_bins=1,
+            grain.experimental.ConcatThenSplitIterDataset(
+                _src([{"a": np.arange(3), "b": np.arange(2)}]), length_struct={"a": 4}
             )
         )
 
@@ -713,7 +714,7 @@ def test_alignment_and_group_by_checkpoints(name):
 
 def test_alignment_and_group_by_bad_inputs():
     FF = grain.experimental.FirstFitPackIterDataset
-    with pytest.raises(ValueError, match=r"pack_alignment_struct\[a\] must be a positive int"):
+    with pytest.raises(ValueError, match=r"pack_alignment_struct\[a\] must be positive"):
         FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"a": 0})
     with pytest.raises(TypeError, match="pack_alignment_struct"):
         FF(_src([]), length_struct={"a": 8}, num_packing_bins=1, pack_alignment_struct={"a": 2.0})
@@ -740,3 +741,34 @@ def test_alignment_state_refuses_other_pipelines():
                 shuffle_bins_group_by_feature="id",
             )
         ).set_state(state)
+
+
+@pytest.mark.parametrize("name", PACKERS)
+def test_state_without_counter_is_refused_and_changes_nothing(name):
+    # ``counter`` (rows yielded so far) seeds the bin shuffle as in Grain; a state saved before the
+    # field existed cannot say where the shuffle stands, so it is refused with the field named.
+    ds = _pack(name, _docs(40), num_packing_bins=3, seed=5)
+    it = iter(ds)
+    head = [next(it) for _ in range(4)]
+    state = it.get_state()
+    assert state["counter"] == 4
+    old = {k: v for k, v in state.items() if k != "counter"}
+    fresh = iter(ds)
+    with pytest.raises(StateMismatchError, match="counter"):
+        fresh.set_state(old)
+    first = next(fresh)
+    assert sorted(first) == sorted(head[0])
+    assert all(np.array_equal(first[k], head[0][k]) for k in first)
+
+
+@pytest.mark.parametrize("name", PACKERS)
+def test_bin_order_is_seeded_with_rows_yielded_so_far(name):
+    # Grain: round r's bins are permuted by np.random.default_rng(seed + rows yielded before it).
+    docs = [{"t": np.full(3, i + 1)} for i in range(12)]
+    cls = getattr(grain.experimental, name)
+    rows = [int(r["t"][0]) for r in cls(_src(docs), length_struct={"t": 4}, num_packing_bins=3, seed=0)]
+    expected = []
+    for r in range(4):
+        perm = np.random.default_rng(0 + 3 * r).permuted(np.arange(3))
+        expected += [3 * r + 1 + int(b) for b in perm]
+    assert rows == expected

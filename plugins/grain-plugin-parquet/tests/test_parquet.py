@@ -244,7 +244,7 @@ def test_arguments_of_the_wrong_type(files):
         ParquetDataSource(5)
     with pytest.raises(ValueError, match="at least one path"):
         ParquetDataSource([])
-    with pytest.raises(ValueError, match="cache_bytes must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="cache_bytes must be non-negative, got -1"):
         ParquetDataSource(files, cache_bytes=-1)
     with pytest.raises(TypeError, match="cache_bytes must be an int"):
         ParquetDataSource(files, cache_bytes="1G")

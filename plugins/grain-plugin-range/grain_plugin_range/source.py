@@ -68,5 +68,5 @@ def range_dataset(start: int, stop: int | None = None, step: int = 1) -> grain.M
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"MapDataset.range: {name} must be an int, got {type(v).__name__}.")
     if step == 0:
-        raise ValueError("MapDataset.range: step must not be zero.")
+        raise ValueError("range() arg 3 must not be zero (MapDataset.range: step must not be zero).")
     return grain.MapDataset.source(RangeDataSource(start, stop, step))

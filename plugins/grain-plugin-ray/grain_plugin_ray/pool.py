@@ -4,6 +4,9 @@ The kernel's :class:`~grain_core.runtime.api.RoundRobinConsumer` (what ``mp_pref
 reads the channels; this module only moves messages:
 
 * :meth:`RayChannel.send` calls the actor's ``post`` with the next sequence number (no wait).
+  ``Consumed`` credits are coalesced: one is posted when it frees half of the actor's buffer, and a
+  pending one before the consumer waits for this actor (:meth:`RayChannel.peek` with nothing
+  queued); an actor call per element returned would cost more than producing small elements.
 * :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
   messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
   actor's output is always on its way. The object reference of a completed call is dropped as soon as its result is
@@ -12,6 +15,9 @@ reads the channels; this module only moves messages:
   ``RayActorError``; the channel raises :class:`~grain_core.runtime.api.WorkerLostError` saying
   which actor, where it ran and why, and the consumer reports the worker and output position. An
   actor Ray cannot place within ``RayRuntime.start_timeout_s`` is reported the same way.
+  With ``RayRuntime.max_restarts`` the channel first replaces a dead actor (up to that many times
+  per worker): the new actor starts where the last message received from the old one ended
+  (:class:`~grain_plugin_ray.resume.ResumePoint`), so the consumer sees the same stream.
 * :meth:`RayWorkerPool.close` kills every actor (``ray.kill``, no restart). The consumer calls it at
   ``close()``, ``with`` exit, garbage collection and interpreter exit.
 """
@@ -19,11 +25,13 @@ reads the channels; this module only moves messages:
 from __future__ import annotations
 
 import collections
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from grain_core.runtime.api import WorkerLostError
+from grain_core.runtime.api import Consumed, WorkerLostError
+from grain_plugin_ray.resume import ResumePoint
 
 
 class PlacementSettings(Protocol):
@@ -33,6 +41,10 @@ class PlacementSettings(Protocol):
     start_timeout_s: float
     num_cpus: float
     resources: Mapping[str, float]
+    max_restarts: int
+
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["RayChannel", "RayWorkerPool"]
 
@@ -47,7 +59,7 @@ class RayChannel:
         self._pool = pool
         self.index = index
         self.actor = actor
-        self.name = name
+        self.name = self._base_name = name
         self._seq = 0
         self._inbox: collections.deque[Any] = collections.deque()
         self._fetch: Any = None  # the fetch call in flight
@@ -55,15 +67,72 @@ class RayChannel:
         # Answered once the actor was placed and its constructor (the pipeline build) finished.
         self._location_ref = actor.location.remote()
         self._placed = False
+        self._started_at = time.monotonic()
         self.lost: str | None = None
+        self.restarts = 0
+        self._resume = ResumePoint()
+        self._to_post: list[Any] = []  # a replacement's first commands, not posted yet
+        # Credits: posted when they free half of the actor's buffer (the actor never waits for
+        # more), or before the consumer waits for this actor.
+        self._credit_step = max(1, pool.buffer_size // 2)
+        self._credit_posted = (-1, 0)  # (generation, elements) of the last Consumed posted
+        self._credit_due: Consumed | None = None
 
     def send(self, message: Any) -> None:
         if self.lost is not None or self._pool.closed:
             return
+        if isinstance(message, Consumed):
+            gen, posted = self._credit_posted
+            if gen == message.generation and message.elements - posted < self._credit_step:
+                self._credit_due = message
+                return
+            posted_now = (message.generation, message.elements)
+        else:  # a new command: a credit of the old generation is moot
+            posted_now = (getattr(message, "generation", -1), 0)
+        # Recorded after the post: an interruption between them only posts a credit twice.
+        self._post(message)
+        self._credit_posted, self._credit_due = posted_now, None
+
+    def _post(self, message: Any) -> None:
+        self._post_replacement_commands()
+        message = self._resume.sent(message)
         # Interrupted between the two lines, the consumer re-sends and reuses this seq: the actor
         # delivers that re-send too (see ActorEndpoint.post).
         self.actor.post.remote(self._seq, message)
         self._seq += 1
+
+    def _post_replacement_commands(self) -> None:
+        while self._to_post:
+            # Removed after the post: an interruption between them only posts it twice.
+            self.actor.post.remote(self._seq, self._resume.sent(self._to_post[0]))
+            self._seq += 1
+            self._to_post.pop(0)
+
+    def _replace(self, reason: str) -> None:
+        """Starts a new actor for this worker where the dead one's stream was received up to."""
+        import ray
+
+        self.restarts += 1
+        old = self.actor
+        name = f"{self._base_name}-r{self.restarts}"
+        actor = self._pool.spawn(self.index, name)
+        _log.warning(
+            "grain_core Ray worker %d: actor %s %s; replaced by %s (restart %d of %d).",
+            self.index, self.name, reason, name, self.restarts, self._pool.runtime.max_restarts,
+        )
+        commands = self._resume.replacement()
+        self.actor, self.name = actor, name
+        self._seq, self._acked, self._fetch = 0, 0, None
+        self._location_ref = actor.location.remote()
+        self._placed, self._started_at = False, time.monotonic()
+        self._to_post = commands
+        for gone in (old, actor) if self._pool.closed else (old,):  # closed from another thread
+            try:
+                ray.kill(gone, no_restart=True)
+            except Exception:
+                pass
+        if not self._pool.closed:
+            self._post_replacement_commands()
 
     def peek(self, timeout: float) -> Any:
         import ray
@@ -75,6 +144,12 @@ class RayChannel:
             raise WorkerLostError(self.lost)
         if self._pool.closed:
             raise WorkerLostError("(closed)")
+        self._post_replacement_commands()
+        due = self._credit_due
+        if due is not None:  # the consumer waits for this actor: it may wait for this credit
+            self._post(due)
+            self._credit_posted = (due.generation, due.elements)
+            self._credit_due = None
         if self._fetch is None:
             self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
         done, _ = ray.wait([self._fetch], timeout=timeout)
@@ -85,14 +160,21 @@ class RayChannel:
         try:
             messages = ray.get(self._fetch)
         except RayActorError as e:
-            self.lost = f"({self._where()}) died: {_first_line(e)}"
+            reason = f"died: {_first_line(e)}"
+            if self._pool.can_replace and self.restarts < self._pool.runtime.max_restarts:
+                self._replace(f"({self._where()}) {reason}")
+                return None
+            self.lost = f"({self._where()}) {reason}"
+            if self.restarts:
+                self.lost += f" (after {self.restarts} restart(s) of this worker)"
             raise WorkerLostError(self.lost) from None
         # An interruption anywhere below loses nothing: messages stay in the actor until
         # acknowledged by a later fetch, and the consumer applies a repeated message once.
         new = [m for m in messages if m.seq > self._acked]
         if new:
             self._placed = True
-            self._inbox.extend(new)
+            seen = [self._resume.received_message(m) for m in new]  # idempotent per message
+            self._inbox.extend(m for m in seen if m is not None)
             self._acked = new[-1].seq
         # The next fetch is on its way while these messages are consumed; dropping the reference
         # to the finished one lets Ray free its object.
@@ -127,7 +209,7 @@ class RayChannel:
         import ray
 
         rt = self._pool.runtime
-        if time.monotonic() - self._pool.started < rt.start_timeout_s:
+        if time.monotonic() - self._started_at < rt.start_timeout_s:
             return
         done, _ = ray.wait([self._location_ref], timeout=0)
         if done:
@@ -157,11 +239,34 @@ class RayWorkerPool:
     """``job.worker_count`` :class:`~grain_plugin_ray.actor.WorkerActor` actors; see the module
     docstring."""
 
-    def __init__(self, runtime: PlacementSettings, actors: list[Any], names: list[str]):
+    def __init__(
+        self,
+        runtime: PlacementSettings,
+        actors: list[Any],
+        names: list[str],
+        buffer_size: int = 1,
+        spawn: Callable[[int, str], Any] | None = None,
+    ):
         self.runtime = runtime
+        self._spawn = spawn
+        self._replacements: list[Any] = []  # every replacement actor started (killed at close)
+        #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
+        self.buffer_size = buffer_size
         self.closed = False
-        self.started = time.monotonic()
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
+
+    @property
+    def can_replace(self) -> bool:
+        """Whether :meth:`spawn` can start replacement actors."""
+        return self._spawn is not None and not self.closed
+
+    def spawn(self, index: int, name: str) -> Any:
+        """Starts a replacement actor for worker ``index`` (killed by :meth:`close` whatever
+        happens to it)."""
+        assert self._spawn is not None
+        actor = self._spawn(index, name)
+        self._replacements.append(actor)
+        return actor
 
     @property
     def actor_names(self) -> list[str]:
@@ -178,9 +283,9 @@ class RayWorkerPool:
 
             if not ray.is_initialized():
                 return  # Ray shut down already: its actors went with it
-            for c in self.channels:
+            for actor in [c.actor for c in self.channels] + self._replacements:
                 try:
-                    ray.kill(c.actor, no_restart=True)
+                    ray.kill(actor, no_restart=True)
                 except Exception:
                     pass
         except Exception:  # interpreter exit: modules may be half torn down

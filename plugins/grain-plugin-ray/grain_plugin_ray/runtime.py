@@ -47,11 +47,21 @@ class RayRuntime:
       start_timeout_s: how long an actor may take to be placed by Ray and to build its pipeline
         before the iterator raises; a cluster without the requested CPUs or resources never
         places it.
+      min_buffer_size: None (default): each actor holds at most ``per_worker_buffer_size``
+        elements produced and not yet returned by ``next()``, exactly as a worker process. A
+        number: each actor may hold ``max(per_worker_buffer_size, min_buffer_size)``, so that
+        one actor call carries a group of elements even when ``per_worker_buffer_size`` is
+        small (Grain's default 1 costs an actor round trip per element). Elements, order and
+        state do not change; only how far the actors run ahead (memory) does.
+      max_restarts: 0 (default): a dead actor ends the iteration with ``WorkerError`` (restore
+        the last checkpoint to continue). ``n > 0``: the iterator replaces a dead actor up to
+        ``n`` times per worker; the new actor restarts from the state of the last elements
+        received from the old one, so the output stays exactly the same.
 
     As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
-    not yet returned by ``next()`` (plus the one it produces meanwhile). Elements travel in groups
-    (one actor call returns every group ready); numpy leaves of large results arrive as read-only
-    zero-copy views of Ray's object store.
+    not yet returned by ``next()`` (plus the one it produces meanwhile; see ``min_buffer_size``).
+    Elements travel in groups (one actor call returns every group ready); numpy leaves of large
+    results arrive as read-only zero-copy views of Ray's object store.
     """
 
     address: str | None = None
@@ -60,6 +70,8 @@ class RayRuntime:
     resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
     runtime_env: Mapping[str, Any] | None = None
     start_timeout_s: float = 120.0
+    min_buffer_size: int | None = None
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         if self.address is not None and not isinstance(self.address, str):
@@ -84,6 +96,22 @@ class RayRuntime:
         if self.runtime_env is not None and not isinstance(self.runtime_env, Mapping):
             raise TypeError(f"RayRuntime.runtime_env must be a mapping, got {self.runtime_env!r}.")
         _positive("start_timeout_s", self.start_timeout_s, (int, float))
+        if self.min_buffer_size is not None:
+            _positive("min_buffer_size", self.min_buffer_size)
+        if (
+            isinstance(self.max_restarts, bool)
+            or not isinstance(self.max_restarts, int)
+            or self.max_restarts < 0
+        ):
+            raise ValueError(
+                f"RayRuntime.max_restarts must be an int >= 0, got {self.max_restarts!r}."
+            )
+
+    def actor_job(self, job: WorkerJob) -> WorkerJob:
+        """The job the actors run: ``job`` with its buffer raised to ``min_buffer_size``."""
+        if self.min_buffer_size is None or job.buffer_size >= self.min_buffer_size:
+            return job
+        return dataclasses.replace(job, buffer_size=self.min_buffer_size)
 
     def connect(self) -> None:
         """Connects this process to Ray (``ray.init``) unless it is connected already."""
@@ -113,17 +141,22 @@ class RayRuntime:
         import ray
 
         self.connect()
-        job_ref = ray.put(job)
+        actor_job = self.actor_job(job)
+        job_ref = ray.put(actor_job)
         actor_class = ray.remote(WorkerActor)
         tag = uuid.uuid4().hex[:12]
         names = [f"grain_core-{tag}-w{i}" for i in range(job.worker_count)]
+
+        def spawn(i: int, name: str) -> Any:
+            opts = self.actor_options(name, ACTOR_NAMESPACE)
+            return actor_class.options(**opts).remote(job_ref, i)
+
         actors: list[Any] = []
         try:
             for i, name in enumerate(names):
-                opts = self.actor_options(name, ACTOR_NAMESPACE)
-                actors.append(actor_class.options(**opts).remote(job_ref, i))
+                actors.append(spawn(i, name))
         except BaseException:
             for a in actors:
                 ray.kill(a, no_restart=True)
             raise
-        return RayWorkerPool(self, actors, names)
+        return RayWorkerPool(self, actors, names, actor_job.buffer_size, spawn)

@@ -69,6 +69,12 @@ def test_bad_runtime_options_are_refused_early():
         RayRuntime(start_timeout_s=0)
     with pytest.raises(TypeError, match="address"):
         RayRuntime(address=6379)
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match="min_buffer_size"):
+            RayRuntime(min_buffer_size=bad)
+    for bad in (-1, True, 1.0):
+        with pytest.raises(ValueError, match="max_restarts"):
+            RayRuntime(max_restarts=bad)
 
 
 def test_worker_exception_is_reraised_after_the_elements_before_it():
@@ -106,6 +112,52 @@ def test_dead_actor_is_reported_and_the_last_state_restores_exactly():
         assert_elements_equal(ref, head + list(again), "restored after a dead actor")
 
 
+@pytest.mark.parametrize("min_buffer", [None, 4])
+def test_max_restarts_replaces_killed_actors_and_the_output_stays_exact(min_buffer):
+    """Worker 1's actor is killed twice (the second time its replacement): each is replaced from
+    the last elements it delivered, so the output, random draws included, and the states are
+    exactly mp_prefetch's; no actor, replaced or not, is left afterwards."""
+    import ray
+
+    ref = list(iter(pipeline().mp_prefetch(MP(num_workers=2))))
+    rt = RayRuntime(num_cpus=0, max_restarts=2, min_buffer_size=min_buffer)
+    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
+        got = [next(it) for _ in range(5)]
+        killed = [it.pool.channels[1].actor]
+        ray.kill(killed[-1], no_restart=True)
+        # The death shows once the elements it delivered before it are used up.
+        while it.pool.channels[1].restarts == 0:
+            got.append(next(it))
+        got.append(next(it))
+        state, at = it.get_state(), len(got)
+        killed.append(it.pool.channels[1].actor)
+        ray.kill(killed[-1], no_restart=True)
+        got += list(it)
+        assert [c.restarts for c in it.pool.channels] == [0, 2]
+        names = it.pool.actor_names
+        handles = killed + [c.actor for c in it.pool.channels]
+    assert_elements_equal(ref, got, "with two actors replaced")
+    assert_actors_gone(names, handles)
+    with iter(pipeline().mp_prefetch(MP(num_workers=2))) as again:  # a state taken in between
+        again.set_state(state)
+        assert_elements_equal(ref[at:], list(again), "state after a replacement -> processes")
+
+
+def test_a_worker_out_of_restarts_is_reported():
+    import ray
+
+    rt = RayRuntime(num_cpus=0, max_restarts=1)
+    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
+        next(it)
+        ray.kill(it.pool.channels[0].actor, no_restart=True)
+        while it.pool.channels[0].restarts == 0:  # until the death shows
+            next(it)
+        ray.kill(it.pool.channels[0].actor, no_restart=True)
+        with pytest.raises(WorkerError, match=r"worker 0 \(Ray actor .*-r1.*after 1 restart"):
+            for _ in it:
+                pass
+
+
 def test_unplaceable_actor_is_reported_and_removed():
     rt = RayRuntime(num_cpus=0, resources={"no_such_node": 1}, start_timeout_s=2)
     ds = grain.MapDataset.range(4).to_iter_dataset().mp_prefetch(MP(num_workers=1), runtime=rt)
@@ -140,9 +192,11 @@ def test_no_actor_left(how):
     assert_actors_gone(names, handles)
 
 
-def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
+@pytest.mark.parametrize("buffer,min_buffer,bound", [(3, None, 3), (1, 5, 5), (6, 2, 6)])
+def test_back_pressure_bounds_elements_produced_ahead(tmp_path, buffer, min_buffer, bound):
     """However long the consumer waits, a worker holds at most per_worker_buffer_size elements
-    produced and not yet returned, plus the one it produces while its buffer is full."""
+    (``RayRuntime.min_buffer_size`` when larger) produced and not yet returned, plus the one it
+    produces while its buffer is full; with min_buffer_size it does run that far ahead."""
     log = tmp_path / "produced"
 
     def record(x):
@@ -150,14 +204,23 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path):
             f.write(f"{x}\n")
         return x
 
+    def produced() -> int:
+        return len(log.read_text().split()) if log.exists() else 0
+
+    rt = RayRuntime(num_cpus=0, min_buffer_size=min_buffer)
     ds = grain.MapDataset.range(200).to_iter_dataset().map(record)
-    with iter(ds.mp_prefetch(MP(num_workers=1, per_worker_buffer_size=3), runtime=RT)) as it:
+    options = MP(num_workers=1, per_worker_buffer_size=buffer)
+    with iter(ds.mp_prefetch(options, runtime=rt)) as it:
+        assert it.pool.buffer_size == bound
         for consumed in (1, 4):
             while int(it.get_state()["position"]) < consumed:
                 next(it)
+            deadline = time.monotonic() + 120  # a liveness bound, not a timing assertion
+            while produced() < consumed + bound and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert produced() >= consumed + bound, (consumed, produced())
             time.sleep(2)  # room for a worker that ignored the bound to run far ahead
-            produced = len(log.read_text().split())
-            assert produced <= consumed + 3 + 1, (consumed, produced)
+            assert produced() <= consumed + bound + 1, (consumed, produced())
 
 
 def test_large_numpy_leaves_arrive_through_the_object_store():

@@ -56,6 +56,27 @@ def test_same_elements_in_the_same_order_as_mp_prefetch():
     assert all(w["exhausted"] for w in state["workers"])
 
 
+def test_min_buffer_size_changes_the_actor_buffer_only():
+    """Actors grouping 4 elements per call (per_worker_buffer_size=1, credits coalesced) give
+    mp_prefetch's elements and states; a restore in the middle (a new generation with a credit
+    pending) and a restore into processes continue exactly."""
+    rt = RayRuntime(num_cpus=0, min_buffer_size=4)
+    ds = pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)
+    ref = reference(2)
+    with iter(ds) as it:
+        assert it.pool.buffer_size == 4
+        head = [next(it) for _ in range(7)]
+        state = it.get_state()
+        more = [next(it) for _ in range(5)]
+        it.set_state(state)
+        again = list(it)
+    assert_elements_equal(ref, head + again, "Ray min_buffer_size=4 vs mp_prefetch")
+    assert_elements_equal(ref[7:12], more, "before the restore")
+    with iter(pipeline().mp_prefetch(MP(num_workers=2))) as it:
+        it.set_state(state)
+        assert_elements_equal(ref[7:], list(it), "Ray min_buffer_size=4 -> processes")
+
+
 def test_zero_workers_is_in_process():
     ds = ray_ds(0)
     it = iter(ds)

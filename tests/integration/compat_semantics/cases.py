@@ -253,6 +253,136 @@ PACKING = [
     f"result = grain.experimental.FirstFitPackIterDataset({_SRC_IT.format(ex=_EX)}, length_struct={{'tokens': 6, 'index': 2}}, num_packing_bins=2, shuffle_bins=False)",
 ]
 
+# Many rounds: lengths drawn from a fixed list, so later rounds' bin orders (seeded with the rows
+# yielded so far) are compared; the state cases save mid-round and at a round's end and restore.
+_LENS = "[3, 1, 4, 1, 5, 2, 6, 5, 3, 5, 1, 2, 4, 6, 2, 3, 1, 1, 6, 4, 2, 2, 5, 3, 1]"
+_ROUNDS_SRC = (
+    "grain.MapDataset.source([{'t': np.arange(1, 1 + n) + 10 * i, 'g': np.full(n, i % 3 + 1)} "
+    f"for i, n in enumerate({_LENS})]).to_iter_dataset()"
+)
+
+
+def _pack(cls: str, args: str) -> str:
+    return f"grain.experimental.{cls}({_ROUNDS_SRC}, {args})"
+
+
+def _pack_restore(make: str, steps: int) -> str:
+    """Saves the state after ``steps`` rows, restores it into a fresh iterator, reads to the end."""
+    return (
+        f"def make():\n    return {make}\n"
+        f"it = iter(make())\nhead = [next(it) for _ in range({steps})]\n"
+        "it2 = iter(make())\nit2.set_state(it.get_state())\n"
+        "result = {'head': head, 'rest': list(it2), 'same': [r['t'].tolist() for r in it]}"
+    )
+
+
+def _ls(n: int, *features: str) -> str:
+    return "length_struct={" + ", ".join(f"'{f}': {n}" for f in features) + "}"
+
+
+PACKING_ROUNDS = [
+    "result = [r['t'] for r in " + _pack(cls, _ls(n, "t") + f", num_packing_bins={b}, seed={s}") + "]"
+    for cls in ("FirstFitPackIterDataset", "BestFitPackIterDataset")
+    for n, b in ((6, 2), (7, 3), (8, 4))
+    for s in (0, 1, 7, 123456)
+] + [
+    f"result = {_pack('FirstFitPackIterDataset', _ls(6, 't', 'g') + ', num_packing_bins=3, seed=2')}",
+    "result = " + _pack(
+        "FirstFitPackIterDataset",
+        _ls(7, "t", "g") + ", num_packing_bins=4, seed=5, shuffle_bins_group_by_feature='g'",
+    ),
+    "result = " + _pack(
+        "BestFitPackIterDataset", _ls(8, "t") + ", num_packing_bins=3, seed=3, max_sequences_per_bin=2"
+    ),
+    f"result = [r['t'] for r in {_pack('FirstFitPackIterDataset', _ls(6, 't') + ', num_packing_bins=3')}]",
+    "result = [r['t'] for r in grain.experimental.FirstFitPackIterDataset("
+    "grain.MapDataset.source([{'t': np.full(3, i + 1)} for i in range(30)]).to_iter_dataset(), "
+    "length_struct={'t': 4}, num_packing_bins=3, seed=0)]",
+] + [
+    _pack_restore(_pack("FirstFitPackIterDataset", _ls(7, "t") + f", num_packing_bins=3, seed={s}"), k)
+    for s, k in ((0, 1), (0, 3), (9, 5), (9, 8))
+] + [
+    _pack_restore(_pack("BestFitPackIterDataset", _ls(8, "t") + ", num_packing_bins=4, seed=11"), 6),
+]
+
+# random_map under mp_prefetch: worker w of K numbers the elements it maps w, w + K, ... (Grain's
+# mp_context); filter and batch before random_map make a worker's count differ from the position.
+_RM = "lambda x, rng: (x, int(rng.integers(0, 10**6)))"
+_MP = ".mp_prefetch(grain.MultiprocessingOptions(num_workers={w}))"
+RANDOM_MAP_WORKERS = [
+    f"result = grain.MapDataset.range({n}).to_iter_dataset(){pre}.random_map({_RM}, seed={s})"
+    + (_MP.format(w=w) if w else "")
+    for n, pre, s in (
+        (9, "", 3),
+        (20, ".filter(lambda x: x % 3)", 0),
+        (13, ".batch(2).map(lambda b: b.tolist())", 7),
+    )
+    for w in (0, 1, 2, 3)
+] + [
+    f"result = grain.MapDataset.range(12).seed(5).to_iter_dataset().random_map({_RM})"
+    + _MP.format(w=2),
+    f"result = grain.MapDataset.range(10).to_iter_dataset().random_map({_RM}, seed=1)"
+    f".random_map({_RM}, seed=2)" + _MP.format(w=3),
+]
+
+# Custom legacy Operations in DataLoader(operations=[...]): callables over an iterator of Records.
+_OPS_PRELUDE = (
+    "import importlib\n"
+    "gp = importlib.import_module(grain.__name__ + '.python')\n"
+    "class PairSum:\n"
+    "    def __call__(self, input_iterator):\n"
+    "        prev = None\n"
+    "        for r in input_iterator:\n"
+    "            if prev is None:\n"
+    "                prev = r\n"
+    "            else:\n"
+    "                yield gp.Record(r.metadata.remove_record_key(), prev.data + r.data)\n"
+    "                prev = None\n"
+    "class Meta:\n"
+    "    def __call__(self, input_iterator):\n"
+    "        for r in input_iterator:\n"
+    "            rng = None if r.metadata.rng is None else int(r.metadata.rng.integers(1000))\n"
+    "            yield gp.Record(r.metadata, (r.metadata.index, r.metadata.record_key, rng, np.asarray(r.data).tolist()))\n"
+    "class Twice(gp.MapTransform):\n"
+    "    def map(self, x):\n"
+    "        return x * 2\n"
+    "class Odd(gp.FilterTransform):\n"
+    "    def filter(self, x):\n"
+    "        return x % 2 == 1\n"
+    "class Dup:\n"
+    "    def __call__(self, input_iterator):\n"
+    "        for r in input_iterator:\n"
+    "            if r.data % 3:\n"
+    "                yield r\n"
+    "                yield gp.Record(r.metadata.remove_record_key(), -r.data)\n"
+)
+
+
+def _ops_loader(n: int, sampler: str, ops: str, workers: int = 0) -> str:
+    return (
+        _OPS_PRELUDE
+        + f"result = list(gp.DataLoader(data_source=list(range({n})), sampler={sampler}, "
+        f"operations={ops}, worker_count={workers}))"
+    )
+
+
+_SEQ = "gp.IndexSampler({n}, gp.NoSharding(), shuffle=False, num_epochs=1)"
+_SHUF = "gp.IndexSampler({n}, gp.NoSharding(), shuffle=True, num_epochs=2, seed=4)"
+LEGACY_OPERATIONS = [
+    _ops_loader(10, _SEQ.format(n=10), "[PairSum()]"),
+    _ops_loader(11, _SEQ.format(n=11), "[Twice(), PairSum(), gp.Batch(2)]"),
+    _ops_loader(8, _SHUF.format(n=8), "[Meta()]"),
+    _ops_loader(8, _SHUF.format(n=8), "[Twice(), Meta()]"),
+    _ops_loader(12, _SEQ.format(n=12), "[gp.Batch(3), Meta()]"),
+    _ops_loader(12, _SEQ.format(n=12), "[Odd(), PairSum()]"),
+    _ops_loader(9, _SEQ.format(n=9), "[Dup(), gp.Batch(2)]"),
+    _ops_loader(9, _SEQ.format(n=9), "[gp.MapOperation(lambda x: x + 1), gp.FilterOperation(lambda x: x % 2), PairSum()]"),
+    _ops_loader(10, "gp.IndexSampler(10, gp.ShardOptions(1, 2), shuffle=True, num_epochs=1, seed=3)", "[Meta()]"),
+    _ops_loader(12, _SEQ.format(n=12), "[PairSum()]", workers=2),
+    _ops_loader(12, _SEQ.format(n=12), "[Meta(), gp.Batch(2)]", workers=2),
+    _ops_loader(14, _SEQ.format(n=14), "[Twice(), PairSum(), gp.Batch(2)]", workers=3),
+]
+
 _PQ = (
     "import os, tempfile\nimport pyarrow as pa, pyarrow.parquet as pq\n"
     "d = tempfile.mkdtemp()\npaths = []\n"
@@ -277,5 +407,8 @@ GROUPS = {
     "data_loader_states": LOADER_STATES,
     "dataset_states": DATASET_STATES,
     "packing": PACKING,
+    "packing_rounds": PACKING_ROUNDS,
+    "random_map_workers": RANDOM_MAP_WORKERS,
+    "legacy_operations": LEGACY_OPERATIONS,
     "parquet": PARQUET,
 }

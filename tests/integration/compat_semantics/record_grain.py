@@ -2,7 +2,9 @@
 
 Run it with Grain installed (never by the test suite, which must not need Grain):
 
-    /tmp/grainvenv/bin/python tests/integration/compat_semantics/record_grain.py
+    /tmp/grainvenv/bin/python tests/integration/compat_semantics/record_grain.py [GROUP ...]
+
+(with group names, only those groups' files are rewritten).
 
 Each case is a Python expression over a module named ``grain`` (plus ``np``); the recorded file
 holds the expression and what Grain produced, so ``test_recorded_grain.py`` evaluates the same
@@ -40,7 +42,10 @@ def main() -> None:
         version = dist_version("grain")
     out_dir = HERE / "data"
     out_dir.mkdir(exist_ok=True)
+    wanted = sys.argv[1:] or list(cases.GROUPS)
     for group, entries in cases.GROUPS.items():
+        if group not in wanted:
+            continue
         recorded = []
         for code in entries:
             try:
