@@ -2,16 +2,25 @@
 
 Each setting runs in its own child process (``python benchmarks/bench_memory.py child NAME``): it
 builds a pipeline of 512 KiB elements, reads it with a slow-ish consumer (so every buffer fills),
-and samples the resident memory of its whole process tree (itself and any ``mp_prefetch``
+and samples the memory of its whole process tree (itself, the forkserver and any ``mp_prefetch``
 workers, from ``/proc``) every 5 ms. The peak above the tree's memory just before the iterator was
 created is compared with the model
 
-    RAM ≈ workers · (64 MB + element · (read_buffer + 2 · (per_worker_buffer + 1)))
-          + element · read_buffer + chunk
+    in process:  RAM ≈ element · read_buffer + chunk
+    mp_prefetch: RAM ≈ workers · (64 MB + element · (read_buffer + 2 · (per_worker_buffer + 1))
+                                  + chunk)
 
 where ``chunk`` is the synchronous chunk (at most ``_CHUNK_BYTES`` = 4 MiB, at least one element)
-that in-process reading holds when nothing is read ahead. ``python benchmarks/bench_memory.py``
-prints one row per setting; ``benchmarks/run.py`` prints the same table (``REPORTS``).
+that reading holds when nothing is read ahead.
+
+Memory is measured as the tree's *proportional* set size (``Pss`` of ``/proc/PID/smaps_rollup``):
+a page mapped by ``n`` processes counts ``1/n`` in each, so the sum counts each page once. The
+resident sizes (``Rss``) of the processes are printed too, but their sum counts a page once per
+process mapping it: every shared-memory segment twice (worker and consumer) and the pages workers
+share copy-on-write with the forkserver they were forked from once per worker, so it overstates
+what a multi-process job uses. ``python benchmarks/bench_memory.py`` prints one row per setting
+(``BENCH_MEMORY_ONLY=mp`` runs only the settings whose name contains ``mp``);
+``benchmarks/run.py`` prints the same table (``REPORTS``).
 """
 
 from __future__ import annotations
@@ -44,8 +53,10 @@ class Setting:
         e = ELEMENT / MB
         sync = not (self.threads and self.read_buffer)
         chunk = max(e, CHUNK_BYTES / MB) if sync else 0.0
+        if not self.workers:
+            return e * self.read_buffer + chunk
         per_worker = WORKER_MB + e * (self.read_buffer + 2 * (self.per_worker_buffer + 1)) + chunk
-        return self.workers * per_worker + e * self.read_buffer + (chunk if not self.workers else 0)
+        return self.workers * per_worker
 
 
 SETTINGS = [
@@ -76,20 +87,24 @@ SETTINGS = [
 ]
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (Linux ``/proc``)."""
-    total = 0
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """``(Pss, Rss)`` bytes summed over ``pid`` and all its descendants (Linux ``/proc``)."""
+    pss = rss = 0
     stack = [pid]
     while stack:
         p = stack.pop()
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
             with open(f"/proc/{p}/task/{p}/children") as f:
                 stack += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             continue
-    return total
+    return pss, rss
 
 
 def make_element(i: int):
@@ -116,13 +131,14 @@ def _child(name: str) -> None:
         )
     reads = max(300, 3 * (s.read_buffer + s.workers * s.per_worker_buffer))
     pid = os.getpid()
-    base = _tree_rss(pid)
-    peak = [base]
+    base = _tree_memory(pid)
+    peak = list(base)
     stop = threading.Event()
 
     def sample():
         while not stop.is_set():
-            peak[0] = max(peak[0], _tree_rss(pid))
+            now = _tree_memory(pid)
+            peak[:] = [max(a, b) for a, b in zip(peak, now)]
             time.sleep(0.005)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -134,14 +150,19 @@ def _child(name: str) -> None:
             if k % 16 == 0:
                 time.sleep(0.01)  # let the buffers fill
     finally:
-        peak[0] = max(peak[0], _tree_rss(pid))
+        now = _tree_memory(pid)
+        peak[:] = [max(a, b) for a, b in zip(peak, now)]
         it.close()
         stop.set()
         sampler.join()
-    print(json.dumps({"name": name, "peak_mb": (peak[0] - base) / MB}))
+    print(
+        json.dumps(
+            {"name": name, "peak_mb": (peak[0] - base[0]) / MB, "rss_mb": (peak[1] - base[1]) / MB}
+        )
+    )
 
 
-def _peak(name: str, env: dict[str, str]) -> float | str:
+def _peak(name: str, env: dict[str, str]) -> dict[str, float] | str:
     proc = subprocess.run(
         [sys.executable, __file__, "child", name],
         capture_output=True,
@@ -151,7 +172,7 @@ def _peak(name: str, env: dict[str, str]) -> float | str:
     )
     if proc.returncode:
         return "failed: " + " ".join(proc.stderr.strip().splitlines()[-1:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])["peak_mb"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def report() -> None:
@@ -160,23 +181,31 @@ def report() -> None:
     ``peak`` is measured with glibc's default allocator settings; ``peak, fixed mmap threshold``
     with ``MALLOC_MMAP_THRESHOLD_=131072``, which stops glibc from raising its mmap threshold
     after the first large free: with the default, freed 512 KiB elements stay cached in each
-    thread's malloc arena, so RSS exceeds the live data by up to a few MB per reading thread. The
-    model counts live data; ``holds`` compares it with the fixed-threshold peak (10% + 8 MB slack).
-    """
+    thread's malloc arena, so memory exceeds the live data by up to a few MB per reading thread.
+    Both are tree Pss; the last column is the tree's summed Rss (fixed threshold) for reference.
+    The model counts live data; ``holds`` compares it with the fixed-threshold peak (10% + 8 MB
+    slack)."""
+    only = os.environ.get("BENCH_MEMORY_ONLY", "")
     print(
         f"{'memory setting (512 KiB elements)':<58} {'model MB':>9} {'peak MB':>8} "
-        f"{'peak, fixed mmap threshold':>27}  holds"
+        f"{'peak, fixed mmap threshold':>27} {'sum of Rss':>11}  holds"
     )
     base = dict(os.environ, JAX_PLATFORMS="cpu")
     for s in SETTINGS:
+        if only not in s.name:
+            continue
         default = _peak(s.name, base)
         fixed = _peak(s.name, dict(base, MALLOC_MMAP_THRESHOLD_="131072"))
         model = s.model_mb()
         if isinstance(default, str) or isinstance(fixed, str):
             print(f"{s.name:<58} {default if isinstance(default, str) else fixed}")
             continue
-        verdict = "yes" if fixed <= model * 1.1 + 8 else "NO"
-        print(f"{s.name:<58} {model:>9.0f} {default:>8.0f} {fixed:>27.0f}  {verdict}", flush=True)
+        verdict = "yes" if fixed["peak_mb"] <= model * 1.1 + 8 else "NO"
+        print(
+            f"{s.name:<58} {model:>9.0f} {default['peak_mb']:>8.0f} {fixed['peak_mb']:>27.0f} "
+            f"{fixed['rss_mb']:>11.0f}  {verdict}",
+            flush=True,
+        )
 
 
 WORKLOADS: list = []

@@ -28,12 +28,14 @@ def load(
     read_options: ReadOptions | None = None,
     worker_buffer_size: int = 1,
     enable_profiling: bool = False,
+    runtime: Any = None,
 ) -> DataLoader:
     """Returns a ``DataLoader`` over ``source``.
 
     The sampler is ``IndexSampler(len(source), shard_options, shuffle, num_epochs, seed)``;
     ``transformations`` are applied in order, then ``Batch(batch_size, drop_remainder)`` when
-    ``batch_size`` is given. ``num_epochs=None`` repeats forever.
+    ``batch_size`` is given. ``num_epochs=None`` repeats forever. ``runtime`` is where the
+    ``worker_count`` workers run, as ``DataLoader(runtime=)`` (a runtime object or registered name).
     """
     if batch_size is not None:
         tr.check_batch_size(batch_size)
@@ -55,4 +57,5 @@ def load(
         worker_buffer_size=worker_buffer_size,
         read_options=read_options,
         enable_profiling=enable_profiling,
+        runtime=runtime,
     )

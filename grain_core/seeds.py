@@ -40,6 +40,7 @@ __all__ = [
     "derive_seed",
     "element_rng",
     "index_shuffle",
+    "shuffle_tables",
     "validate_seed",
 ]
 
@@ -397,6 +398,78 @@ def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
     if max_index == 1 << 16:  # the top index is truncated to 16 bits: it lands where 0 does
         table = np.append(table, table[0])
     return table.astype(np.int64)
+
+
+_WALK_MIN_SIZE = 256  # below this many indices per table, pointer doubling beats walking
+_WALK_MAX_SIZE = 16384  # above it, one cached table per seed is cheaper (walks are short anyway)
+_WALK_CELLS = 1 << 21  # tables x 65,536 cipher values encrypted at once, at most
+
+
+def shuffle_tables(
+    max_index: int, seeds: Sequence[int], rounds: int = SHUFFLE_ROUNDS
+) -> np.ndarray:
+    """Grain's whole permutation of ``[0, max_index]`` for each of ``seeds``, as rows of an
+    ``(len(seeds), max_index + 1)`` int64 array: row ``r`` is ``IndexShuffle(max_index,
+    seeds[r], rounds)(np.arange(max_index + 1))``.
+
+    Many seeds at once is much cheaper than one table per seed where ``max_index`` uses a 16-bit
+    block (``max_index <= 65536``, e.g. window shuffles): the cipher runs over all tables in one
+    vectorised pass and every index walks its cipher cycle until it lands in range, all tables in
+    the same numpy calls (for 256 to 16,384 indices; other sizes use :class:`IndexShuffle` per
+    seed).
+    """
+    max_index = operator.index(max_index)
+    seeds = [validate_seed(x) for x in seeds]
+    rounds = _check_rounds(rounds)
+    n = max_index + 1
+    if not seeds:
+        return np.zeros((0, max(n, 0)), dtype=np.int64)
+    if not _WALK_MIN_SIZE <= n <= _WALK_MAX_SIZE:
+        span = np.arange(n, dtype=np.int64)
+        return np.stack([IndexShuffle(max_index, x, rounds)(span) for x in seeds])
+    out = np.empty((len(seeds), n), dtype=np.int64)
+    per = max(1, _WALK_CELLS >> 16)
+    for lo in range(0, len(seeds), per):
+        out[lo : lo + per] = _walk_tables(max_index, seeds[lo : lo + per], rounds)
+    return out
+
+
+def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarray:
+    """:func:`shuffle_tables` for 16-bit blocks: encrypt all 65,536 values of every table (8-bit
+    Feistel halves; the round function applied with ``bytes.translate``), then walk each
+    in-range start's cycle, in-range values mapping to themselves so a landed walk stays put."""
+    w = len(seeds)
+    keys = np.array([[k & 0xFF for k in _seed_seq_words(x, rounds)] for x in seeds], np.uint8)
+    f8 = _F8.tobytes()
+    domain = np.arange(1 << 16, dtype=np.uint32)
+    left = np.empty((w, 1 << 16), np.uint8)
+    left[:] = (domain >> 8).astype(np.uint8)
+    right = np.empty((w, 1 << 16), np.uint8)
+    right[:] = domain.astype(np.uint8)
+    for i in range(0, rounds, 2):
+        left ^= np.frombuffer(right.tobytes().translate(f8), np.uint8).reshape(w, -1)
+        left ^= keys[:, i : i + 1]
+        right ^= np.frombuffer(left.tobytes().translate(f8), np.uint8).reshape(w, -1)
+        right ^= keys[:, i + 1 : i + 2]
+    jump = left.astype(np.int32)
+    jump <<= 8
+    jump |= right
+    del left, right
+    n = max_index + 1
+    out = jump[:, :n].reshape(-1).copy()  # each in-range index's first cipher step
+    jump[:, :n] = np.arange(n, dtype=np.int32)
+    flat = jump.reshape(-1)
+    pend = np.flatnonzero(out >= n)
+    vals = out[pend]
+    offs = ((pend // n) << 16).astype(np.int32)
+    while pend.size:
+        for _ in range(8):  # a few steps between compactions
+            vals = flat[offs + vals]
+        done = vals < n
+        out[pend[done]] = vals[done]
+        keep = ~done
+        pend, vals, offs = pend[keep], vals[keep], offs[keep]
+    return out.reshape(w, n).astype(np.int64)
 
 
 def index_shuffle(index: int, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS) -> int:

@@ -441,7 +441,8 @@ class WorkerLoop:
         # Sends happen under this lock: the main thread's and the flusher's (see _flusher).
         self.lock = threading.Lock()
         self.group: _Group | None = None
-        self.in_next_since: float | None = None
+        # Progress seen by the flusher: next() calls started, and whether one is running.
+        self.calls, self.in_next, self.tick = 0, False, False
         self.done = False
         try:
             import cloudpickle
@@ -464,18 +465,23 @@ class WorkerLoop:
             self.endpoint.send(make(self._next_seq()))
 
     def _flusher(self) -> None:
-        """Sends the finished elements of the group being built when the main thread has been
-        inside one ``next()`` for longer than :data:`MAX_MESSAGE_SECONDS`: a slow element never
-        holds back the elements finished before it."""
+        """Every :data:`MAX_MESSAGE_SECONDS`: raises ``tick`` (the main thread then checks for
+        commands and the group's age, so its loop needs no clock or system call per element), and
+        sends the finished elements of the group being built when the main thread has been inside
+        the same ``next()`` since the previous tick: a slow element never holds back the elements
+        finished before it."""
+        seen = -1
         while not self.done:
             time.sleep(MAX_MESSAGE_SECONDS)
-            since = self.in_next_since
-            if since is None or time.perf_counter() - since < MAX_MESSAGE_SECONDS:
+            self.tick = True
+            calls = self.calls
+            if not self.in_next or calls != seen:
+                seen = calls
                 continue
             try:
                 with self.lock:
                     g = self.group
-                    if g is None or not g.elements or self.in_next_since is None:
+                    if g is None or not g.elements or not self.in_next or self.calls != calls:
                         continue
                     self.endpoint.send(
                         Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements)
@@ -628,16 +634,22 @@ class WorkerLoop:
         nbytes = 0
         t0 = time.perf_counter()
         limit = min(room, MAX_MESSAGE_ELEMENTS)
+        size_of = self.size_of
+        lock = self.lock
+        self.tick = False
         while outcome is None and count < limit:
-            if count:
+            if self.tick:
                 # Deliver what is finished before starting an element that may be slow, when the
                 # group is old; a waiting command (a restart) ends the group too. (An element
-                # that turns out slow is covered by the flusher thread.)
-                if self._take_commands(0):
+                # that turns out slow is covered by the flusher thread.) Checked once per flusher
+                # tick, not per element.
+                self.tick = False
+                if count and (
+                    self._take_commands(0) or time.perf_counter() - t0 > MAX_MESSAGE_SECONDS
+                ):
                     break
-                if time.perf_counter() - t0 > MAX_MESSAGE_SECONDS:
-                    break
-            self.in_next_since = time.perf_counter()
+            self.calls += 1
+            self.in_next = True
             try:
                 x = next(it)
             except StopIteration:
@@ -647,12 +659,12 @@ class WorkerLoop:
                 outcome, tb = e, traceback.format_exc()
                 break
             finally:
-                self.in_next_since = None
-            with self.lock:
+                self.in_next = False
+            with lock:
                 g.elements.append(x)
             count += 1
-            if self.size_of is not None:
-                nbytes += self.size_of(x)
+            if size_of is not None:
+                nbytes += size_of(x)
                 if nbytes >= MAX_MESSAGE_BYTES:
                     break
         with self.lock:
@@ -874,6 +886,99 @@ class RoundRobinConsumer(DatasetIterator):
                 self._cursor = _with(cur, i, w._replace(exhausted=True))
                 continue
             self._receive(i)
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        """Up to ``max_elements`` elements in the round-robin order, from what the workers have
+        already delivered: waits only when the next element has not arrived (then it is
+        ``next()``). The state afterwards is the position after the last element returned, and
+        the whole chunk is committed with one assignment (an interrupt leaves all or nothing)."""
+        if self._closed or self._error is not None or max_elements <= 1:
+            return [self.__next__()]
+        self._ensure_started()
+        cur = self._cursor
+        for j in range(self._k):
+            if not cur.workers[j].exhausted:
+                self._absorb(j)
+        cur = self._cursor
+        k = self._k
+        ws = cur.workers
+        queues = [list(w.buffered) for w in ws]
+        offsets = [w.offset for w in ws]
+        exhausted = [w.exhausted for w in ws]
+        took = [0] * k
+        last: list[tuple[Elements, int] | None] = [None] * k  # message and offset last taken
+        out: list[Any] = []
+        append = out.append
+        i = cur.next_worker
+        left = k - sum(exhausted)
+        while len(out) < max_elements and left:
+            if exhausted[i]:
+                i = i + 1 if i + 1 < k else 0
+                continue
+            q = queues[i]
+            if not q:
+                w = ws[i]
+                if w.ended and w.failure is None:  # End received, every element returned
+                    exhausted[i] = True
+                    left -= 1
+                    i = i + 1 if i + 1 < k else 0
+                    continue
+                break  # not arrived yet (or a failure): the next call handles it
+            msg = q[0]
+            o = offsets[i]
+            append(msg.elements[o])
+            last[i] = (msg, o)
+            o += 1
+            if o == len(msg.elements):
+                q.pop(0)
+                o = 0
+            offsets[i] = o
+            took[i] += 1
+            i = i + 1 if i + 1 < k else 0
+        if not out:
+            return [self.__next__()]
+        new_ws = list(ws)
+        for j in range(k):
+            w = ws[j]
+            lt = last[j]
+            if lt is None:
+                if exhausted[j] != w.exhausted:
+                    new_ws[j] = w._replace(exhausted=True)
+                continue
+            msg, o = lt
+            rest = tuple(queues[j])
+            consumed = w.consumed + took[j]
+            new_ws[j] = _Worker(
+                msg.state,
+                msg.skip + o + 1,
+                exhausted[j] or (w.ended and not rest),
+                w.ended,
+                rest,
+                offsets[j],
+                consumed,
+                w.seq,
+                w.failure,
+            )
+            if not rest or consumed - self._credited[j] >= self._credit_step:
+                self._credit(j, cur.generation, consumed)
+        new = _Cursor(cur.generation, i, cur.position + len(out), tuple(new_ws))
+        # The commit: one store, then return with no call in between (see __next__).
+        self._prev = cur
+        self._cursor = new
+        return out
+
+    def _absorb(self, i: int) -> None:
+        """Applies the messages worker ``i`` has delivered, without waiting for more."""
+        ch = self._channels[i]
+        while True:
+            try:
+                msg = ch.peek(0)
+            except WorkerLostError:
+                return  # reported by next() when this worker's turn comes
+            if msg is None:
+                return
+            self._apply(i, msg)
+            ch.drop()
 
     def rollback_mark(self) -> Any:
         """A mark for :meth:`rollback` (see :func:`next_or_rollback`)."""

@@ -8,7 +8,8 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
 * One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Elements` travel
-  with their numpy buffers in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
+  as one pickle of the element list per message (not one per element), with their numpy buffers
+  in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
   consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
   the segment. When ``/dev/shm`` has too little room (:func:`grain_core.runtime.shm.min_free_bytes`)
   elements are pickled through the pipe instead, with a warning saying how to enlarge ``/dev/shm``.
@@ -56,8 +57,9 @@ _forkserver_lock = threading.Lock()
 
 @dataclasses.dataclass(frozen=True)
 class _ShmElements:
-    """:class:`api.Elements` as sent: pickles plus their buffers in ``segment`` (None: all in the
-    pickles). ``fallback`` says why shared memory was not used, when it was not."""
+    """:class:`api.Elements` as sent: ``payloads`` holds one pickle of the element list, its large
+    buffers in ``segment`` (None: all in the pickle). ``fallback`` says why shared memory was not
+    used, when it was not."""
 
     seq: int
     generation: int
@@ -94,7 +96,13 @@ class _Boot:
 # --------------------------------------------------------------------------------------------------
 
 
+_SCALARS = frozenset({int, float, bool, complex, type(None)})
+
+
 def _nbytes(x: Any, depth: int = 0) -> int:
+    """Approximate bytes of an element (the message-size bound); cheap for scalars."""
+    if type(x) in _SCALARS:
+        return 64
     n = getattr(x, "nbytes", None)
     if isinstance(n, int):
         return n
@@ -126,20 +134,20 @@ class _WorkerEndpoint:
             self.conn.send(message)
 
     def _encode(self, m: api.Elements) -> _ShmElements:
+        # The whole list is one pickle (one call, not one per element); large buffers of every
+        # element go to the message's segment.
         w = self.writer
         fallback = None
         if w is not None:
             try:
-                for x in m.elements:
-                    w.add(x)
+                w.add(m.elements)
                 name, payloads, layouts = w.finish()
                 return _ShmElements(m.seq, m.generation, m.state, m.skip, name, payloads, layouts)
             except shm.ShmFullError as e:
                 w.pass_through()
                 fallback = str(e)
-        payloads = [_dumps(x) for x in m.elements]
         return _ShmElements(
-            m.seq, m.generation, m.state, m.skip, None, payloads, [()] * len(payloads), fallback
+            m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], fallback
         )
 
     def receive(self, timeout: float | None) -> Any:
@@ -410,11 +418,16 @@ class ProcessPool:
                 return
             for r in ready:
                 if r == self._wake_r:
-                    self._wake_pending = False  # before reading: a later wake() writes again
                     try:
                         os.read(self._wake_r, 4096)
                     except OSError:
                         pass
+                    # After draining, before flushing: a wake() that still saw the flag set
+                    # stored its message before looking, so this flush sends it; a later wake()
+                    # writes again. (Clearing the flag before the read lost wake-ups: a byte
+                    # written in between was drained while the flag stayed set, and every
+                    # wake() after it was skipped until another event woke this thread.)
+                    self._wake_pending = False
                     self._flush()
                 elif r in by_conn:
                     self._read(by_conn[r])
@@ -458,7 +471,7 @@ class ProcessPool:
             return
         if isinstance(msg, _ShmElements):
             try:
-                elements = self._reader.read(msg.segment, msg.payloads, msg.layouts)
+                (elements,) = self._reader.read(msg.segment, msg.payloads, msg.layouts)
             except Exception as e:  # an unreadable message: the worker's failure
                 import traceback
 

@@ -54,6 +54,27 @@ class RandomAdd:
 
 
 @dataclasses.dataclass(frozen=True)
+class FromDevice:
+    """Back from ``device_put``'s ``jax.Array`` leaves to numpy (for comparing and JSON)."""
+
+    def __call__(self, x):
+        import jax
+
+        return jax.tree.map(np.asarray, x)
+
+
+def _device_put(ds, cpu_buffer: int, device_buffer: int):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+
+    from grain_core.experimental import device_put
+
+    return device_put(
+        ds, jax.devices()[0], cpu_buffer_size=cpu_buffer, device_buffer_size=device_buffer
+    ).map(FromDevice())
+
+
+@dataclasses.dataclass(frozen=True)
 class AddIndex:
     def __call__(self, i, x):
         return x + 7 * i
@@ -123,6 +144,12 @@ def available_optional() -> tuple[dict[str, Any], dict[str, str]]:
         except (ImportError, AttributeError) as e:
             missing[name] = f"{type(e).__name__}: {e}"
     try:
+        import jax  # noqa: F401
+
+        ok["device_put"] = _device_put
+    except ImportError as e:
+        missing["device_put"] = f"{type(e).__name__}: {e}"
+    try:
         from grain_core.runtime import multiprocess  # noqa: F401
 
         ok["mp_prefetch"] = grain.IterDataset.mp_prefetch
@@ -179,8 +206,12 @@ def build(spec: list[dict[str, Any]]) -> Any:
             ds = _optional("thread_prefetch")(ds, prefetch_buffer_size=st["buffer"])
         elif op == "mp_prefetch":
             ds = ds.mp_prefetch(
-                grain.MultiprocessingOptions(num_workers=st["workers"], per_worker_buffer_size=1)
+                grain.MultiprocessingOptions(
+                    num_workers=st["workers"], per_worker_buffer_size=st.get("buffer", 1)
+                )
             )
+        elif op == "device_put":
+            ds = _device_put(ds, st["cpu"], st["dev"])
         elif op == "interleave":
             sub = json.dumps(st["sub"])
             ds = _optional("interleave")(
@@ -351,6 +382,7 @@ def strategies(optional: Iterable[str] = ()) -> Any:
                 }
             )
         mp_done = False
+        on_device = False  # device_put drawn: its jax device does not travel to mp workers
         packed = False
         for _ in range(draw(st.integers(0, 5 if depth == 0 else 2))):
             choices = ["iter_map", "iter_random_map", "iter_filter", "flat_map", "limit"]
@@ -362,10 +394,12 @@ def strategies(optional: Iterable[str] = ()) -> Any:
                 choices.append("iter_mix")
             if "thread_prefetch" in optional:
                 choices.append("thread_prefetch")
-            if "mp_prefetch" in optional and depth == 0 and not mp_done:
+            if "mp_prefetch" in optional and depth == 0 and not mp_done and not on_device:
                 choices.append("mp_prefetch")
             if "window_shuffle_iter" in optional:
                 choices.append("window_shuffle_iter")
+            if "device_put" in optional and depth == 0:
+                choices.append("device_put")
             if "pack" in optional and depth == 0 and not batched:
                 choices.append("pack")
             op = draw(st.sampled_from(choices))
@@ -387,8 +421,20 @@ def strategies(optional: Iterable[str] = ()) -> Any:
                 s = {"op": op, "other": other, "weights": [w, 5 - w]}
             elif op == "thread_prefetch":
                 s = {"op": op, "buffer": draw(st.integers(0, 4))}
+            elif op == "device_put":
+                s = {
+                    "op": op,
+                    "cpu": draw(st.sampled_from([0, 1, 3])),
+                    "dev": draw(st.sampled_from([0, 1, 2])),
+                }
+                on_device = True
             elif op == "mp_prefetch":
-                s, mp_done = {"op": op, "workers": draw(st.integers(0, 2))}, True
+                s = {
+                    "op": op,
+                    "workers": draw(st.integers(0, 2)),
+                    "buffer": draw(st.sampled_from([1, 2, 5, 64])),
+                }
+                mp_done = True
             elif op == "window_shuffle_iter":
                 s = {
                     "op": op,

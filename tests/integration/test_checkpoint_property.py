@@ -1,6 +1,6 @@
 """The checkpoint property over kernel stages plus every plugin/runtime stage that imports:
-thread prefetch, mp_prefetch (0-2 workers), interleave, window shuffle (map and iter), first-fit
-packing. Random pipelines checkpoint at a random step and restore, in this process and in a new
+thread prefetch, mp_prefetch (0-2 workers, several per-worker buffers), device_put (CPU and
+device buffers, 0 included), interleave, window shuffle (map and iter), first-fit packing. Random pipelines checkpoint at a random step and restore, in this process and in a new
 one, into fresh iterators that must continue element for element."""
 
 from __future__ import annotations

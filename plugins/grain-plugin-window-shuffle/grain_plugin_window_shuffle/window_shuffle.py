@@ -28,6 +28,9 @@ from grain_core.validation import check_int
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
 
+#: Window orders computed at once by the iterator (after a start or restore: 1, 2, 4, ...).
+_MAX_BATCH = 32
+
 
 def _check_window_size(window_size: Any, where: str) -> int:
     w = check_int(window_size, f"{where}: window_size", minimum=1)
@@ -179,6 +182,26 @@ class _WindowShuffleIterator(OneParentIterator):
         self._buf: list[Any] = []
         self._pos = 0
         self._exhausted = False
+        # Orders of upcoming full windows, computed several at a time (window number -> order).
+        self._orders: dict[int, list[int]] = {}
+        self._batch = 1  # windows per computation: 1, 2, 4, ... up to _MAX_BATCH
+
+    def _order(self, length: int) -> list[int]:
+        """The emission order of window ``self._index`` holding ``length`` elements."""
+        k = self._index
+        if length != self._size:  # the last, partial window
+            perm = window_permutation(length, self._seed, k)
+            return perm(np.arange(length))[::-1].tolist()
+        order = self._orders.pop(k, None)
+        if order is None:
+            count = self._batch
+            self._batch = min(2 * count, _MAX_BATCH)
+            tables = _seeds.shuffle_tables(
+                length - 1, [(self._seed + k + j) % 2**32 for j in range(count)]
+            )
+            self._orders = {k + j: tables[j, ::-1].tolist() for j in range(1, count)}
+            order = tables[0, ::-1].tolist()
+        return order
 
     def _fill(self) -> None:
         parent = self._parent
@@ -192,8 +215,7 @@ class _WindowShuffleIterator(OneParentIterator):
         if not items:
             self._buf, self._pos = [], 0
             return
-        order = window_permutation(len(items), self._seed, self._index)(np.arange(len(items)))[::-1]
-        self._buf = [items[i] for i in order.tolist()]
+        self._buf = [items[i] for i in self._order(len(items))]
         self._pos = 0
 
     def __next__(self):
@@ -240,6 +262,7 @@ class _WindowShuffleIterator(OneParentIterator):
         self._parent.set_state(state["parent"])
         self._index = int(state["window"])
         self._buf, self._pos, self._exhausted = [], 0, False
+        self._orders, self._batch = {}, 1
         emitted = int(state["emitted"])
         if emitted:
             self._fill()
