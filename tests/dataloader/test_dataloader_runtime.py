@@ -71,7 +71,7 @@ def test_a_bad_runtime_is_refused_at_construction_even_without_workers():
 
 def test_load_passes_the_runtime_to_its_loader():
     runtime = CountingRuntime()
-    loader = grain.load(list(range(12)), batch_size=4, worker_count=2, runtime=runtime)
+    loader = grain.load(list(range(12)), num_epochs=1, batch_size=4, worker_count=2, runtime=runtime)
     with iter(loader) as it:
         assert sorted(x for b in _ints(it) for x in b) == list(range(12))
     assert runtime.started == [2]
