@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -305,7 +305,8 @@ class _RecordRandomMap(tr.Map):
 
     def map(self, element: Record) -> Record:
         m = element.metadata
-        return Record(m, self._op.random_map(element.data, m.rng))
+        # As Grain: the sampler's rng as it is (None from an unseeded sampler).
+        return Record(m, self._op.random_map(element.data, cast(np.random.Generator, m.rng)))
 
 
 class _RecordMapWithIndex(tr.Map):
