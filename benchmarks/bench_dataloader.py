@@ -7,12 +7,13 @@ array_record's ``ArrayRecordWriter``. grain_core reads them with ``grain_core.Ar
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 
 import numpy as np
 from harness import Workload
+
+import grain_core
 
 NUM_RECORDS = 50_000
 RECORD_BYTES = 1024
@@ -43,17 +44,30 @@ def _write_files() -> list[str]:
     return paths
 
 
-def _make_decode(lib):
-    base = lib.transforms.Map if lib.__name__ == "grain_core" else lib.MapTransform
+def _decode(record):
+    return np.frombuffer(record, dtype=np.uint8)
 
-    @dataclasses.dataclass
-    class Decode(base):
+
+# Defined at import (not per run) so that worker processes, which import this module afresh
+# (forkserver / spawn), find them when they unpickle the loader.
+class Decode_grain_core(grain_core.transforms.Map):  # noqa: N801
+    def map(self, record):
+        return _decode(record)
+
+
+try:
+    import grain.python as _grain_python
+
+    class Decode_grain(_grain_python.MapTransform):  # noqa: N801
         def map(self, record):
-            return np.frombuffer(record, dtype=np.uint8)
+            return _decode(record)
 
-    Decode.__qualname__ = Decode.__name__ = f"Decode_{lib.__name__.replace('.', '_')}"
-    globals()[Decode.__name__] = Decode  # picklable for worker processes
-    return Decode
+except ImportError:
+    pass
+
+
+def _make_decode(lib):
+    return Decode_grain_core if lib.__name__ == "grain_core" else globals()["Decode_grain"]
 
 
 def _batch(lib):
