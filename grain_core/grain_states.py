@@ -3,7 +3,7 @@
 Grain's dataset iterators save plain dicts without a ``"kind"`` (``{"next_index": 3}`` for a
 ``to_iter_dataset()`` iterator and every 1:1 or batching stage above it, ``{"parent": ...,
 "index_for_rng": n}`` for ``random_map``, ``{"parents": [...], "index": k, "stop": b}`` for
-``IterDataset.mix``, and for ``mp_prefetch`` the state of the interleave over its workers:
+``IterDataset.mix``, ``{"parent": ..., "next_row": r, "counter": c}`` for the packers, and for ``mp_prefetch`` the state of the interleave over its workers:
 ``{"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices",
 "iterators_in_use_states", "exhausted", "future_states"}``); its ``DataLoader`` saves ``{"version", "last_seen_indices",
 "last_worker_index", "worker_count", "sampler", "data_source"}`` as JSON bytes. This module is the
@@ -114,6 +114,9 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
         }
     if kind == "MixedIterDataset" and {"parents", "index"} <= set(grain):
         return _translate_mix(grain, ours, path)
+    named = set(grain) - {"parent"}
+    if "parent" in grain and named and named <= set(ours) and isinstance(ours.get("parent"), Mapping):
+        return _translate_named(grain, ours, path)
     if isinstance(ours.get("parent"), Mapping):
         # A stage whose Grain iterator saves its parent's state as its own (map, filter, batch).
         return {**ours, "parent": _translate(grain, ours["parent"], path)}
@@ -122,6 +125,28 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
         # ``{"reader_offset": n}``): hand it the Grain state; it accepts or refuses it.
         return dict(grain)
     raise _unknown(grain, kind, path)
+
+
+def _translate_named(grain: Mapping[str, Any], ours: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A stage whose state uses Grain's field names next to ``parent`` (the packers'
+    ``{"parent", "next_row", "counter"}``): those fields carry over, the parent's state is
+    translated, and a field Grain does not save takes its initial value (0 for a count, False for
+    a flag: where the stage stands right after Grain's parent state); text fields such as ``kind``
+    and ``fingerprint`` stay this iterator's."""
+    out: dict[str, Any] = {}
+    for key, value in ours.items():
+        if key == "parent":
+            out[key] = _translate(grain["parent"], value, f"{path}.parent")
+        elif key in grain:
+            counts = isinstance(value, int) and not isinstance(value, bool)
+            out[key] = _int(grain[key], f"{path}.{key}") if counts else grain[key]
+        elif isinstance(value, bool):
+            out[key] = False
+        elif isinstance(value, int):
+            out[key] = 0
+        else:
+            out[key] = value
+    return out
 
 
 def _translate_mix(grain: Mapping[str, Any], ours: Mapping[str, Any], path: str) -> dict[str, Any]:

@@ -350,7 +350,7 @@ class _PackIterator(OneParentIterator):
             skip=skip,
             carry=carry,
             round=round_no,
-            emitted=emitted,
+            next_row=emitted,
             counter=rows_before + emitted,
             fingerprint=self._fingerprint,
         )
@@ -361,13 +361,13 @@ class _PackIterator(OneParentIterator):
             "skip": StateField.position(),
             "carry": StateField.flag(),
             "round": StateField.position(),
-            "emitted": StateField.position(),
+            "next_row": StateField.position(),
             "counter": StateField.position(),
             "fingerprint": StateField.identity(),
         }
 
     def restore_state(self, state):
-        emitted, counter = int(state["emitted"]), int(state["counter"])
+        emitted, counter = int(state["next_row"]), int(state["counter"])
         if counter < emitted:
             raise _state.InvalidStateError(
                 f"{self.kind} state says {counter} rows were yielded in all but {emitted} in the "
