@@ -128,3 +128,34 @@ def test_iter_filter_that_drops_everything_raises_before_the_end():
     with pytest.raises(ValueError, match="filter_raise_threshold_ratio"):
         list(strict)
     assert len(seen) < 100_000  # refused early, not after reading everything
+
+
+# Recorded from google grain 0.2.18 (IterDataset filter over range, raise threshold): whether the
+# filter check raised. Grain checks windows of 1000 elements and starts each window afresh.
+_GRAIN_FILTER_WINDOWS = {
+    # (elements passing first, elements dropped after them, raise threshold): raised
+    (1000, 1000, 0.9): True,
+    (3000, 1000, 0.9): True,
+    (0, 999, 1.0): False,
+    (500, 1000, 0.5): True,
+    (2000, 100, 0.2): False,
+}
+
+
+@pytest.mark.parametrize("case", sorted(_GRAIN_FILTER_WINDOWS))
+def test_filter_ratio_is_checked_per_window_as_grain(case):
+    """A heavily filtered stretch after a clean one raises (a cumulative ratio would dilute it)."""
+    n_pass, n_drop, threshold = case
+    ds = grain.MapDataset.range(n_pass + n_drop + 500).to_iter_dataset().filter(
+        lambda x: not (n_pass <= x < n_pass + n_drop)
+    )
+    ds = grain.experimental.WithOptionsIterDataset(
+        ds, grain.experimental.DatasetOptions(filter_raise_threshold_ratio=threshold)
+    )
+    try:
+        list(ds)
+        raised = False
+    except ValueError as e:
+        assert "% of the last seen" in str(e)
+        raised = True
+    assert raised == _GRAIN_FILTER_WINDOWS[case]

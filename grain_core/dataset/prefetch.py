@@ -82,53 +82,61 @@ _DEFAULT_OPTIONS = DatasetOptions()
 _log = logging.getLogger(__name__)
 
 
-class FilterRatioCheck:
-    """Counts kept and dropped elements and warns or raises per ``DatasetOptions``.
+_FILTER_WARN_SECONDS = 60.0  # as Grain: the filter-ratio warning is logged at most this often
 
-    The warning goes through ``logging`` (logger ``grain_core.dataset.prefetch``, level WARNING, once
-    per iterator), as Grain logs it; the error is a :class:`FilterRatioError` (a ``ValueError``).
-    Both use Grain's wording (``"Transformation ... skipped ... % of the last seen ... elements"``).
+
+class FilterRatioCheck:
+    """Counts kept and dropped elements in windows and warns or raises per ``DatasetOptions``.
+
+    As Grain's filter check: once a window holds ``filter_check_min_elements`` elements (1000 by
+    default; a window ends at a chunk boundary, so it may hold a few more), the fraction dropped in
+    that window is compared with the thresholds (``>=``) and the window starts again. The warning goes
+    through ``logging`` (logger ``grain_core.dataset.prefetch``, level WARNING, at most once a
+    minute per iterator), as Grain logs it; the error is a :class:`FilterRatioError` (a
+    ``ValueError``). Both use Grain's wording (``"Transformation ... skipped ... % of the last seen
+    ... elements"``).
     """
 
     def __init__(self, where: str):
         self._where = where
         self._seen = 0
         self._dropped = 0
-        self._warned = False
+        self._warned_at: float | None = None
 
     def record(self, dropped: int, seen: int, options: DatasetOptions | None) -> None:
         self._seen += seen
         self._dropped += dropped
         opts = options or _DEFAULT_OPTIONS
-        if self._seen < opts.filter_check_min_elements or not self._dropped:
+        if self._seen < opts.filter_check_min_elements:
             return
-        ratio = self._dropped / self._seen
-        if opts.filter_raise_threshold_ratio is not None and ratio > opts.filter_raise_threshold_ratio:
+        seen, ratio = self._seen, self._dropped / self._seen
+        self._seen = self._dropped = 0
+        if opts.filter_raise_threshold_ratio is not None and ratio >= opts.filter_raise_threshold_ratio:
             raise FilterRatioError(
                 f"Transformation {self._where} skipped {ratio * 100:.2f} % of the last seen "
-                f"{self._seen} elements, above filter_raise_threshold_ratio="
+                f"{seen} elements, at or above filter_raise_threshold_ratio="
                 f"{opts.filter_raise_threshold_ratio}. Please check the filtering logic. If this is "
                 "intended, store a filtered copy of the data, or raise the threshold (None disables "
                 "the check) with grain.experimental.DatasetOptions in WithOptionsIterDataset."
             )
-        if (
-            not self._warned
-            and opts.filter_warn_threshold_ratio is not None
-            and ratio > opts.filter_warn_threshold_ratio
-        ):
-            self._warned = True
-            _log.warning(
-                "Transformation %s skipped %.2f %% of the last seen %d elements (threshold "
-                "filter_warn_threshold_ratio=%s). Please check the filtering logic. Reading "
-                "mostly-filtered data is slow: if this is intended, consider storing a filtered "
-                "copy. To disable this check, set "
-                "grain.experimental.DatasetOptions.filter_warn_threshold_ratio used in "
-                "WithOptionsIterDataset to None.",
-                self._where,
-                ratio * 100,
-                self._seen,
-                opts.filter_warn_threshold_ratio,
-            )
+        if opts.filter_warn_threshold_ratio is None or ratio < opts.filter_warn_threshold_ratio:
+            return
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < _FILTER_WARN_SECONDS:
+            return
+        self._warned_at = now
+        _log.warning(
+            "Transformation %s skipped %.2f %% of the last seen %d elements (threshold "
+            "filter_warn_threshold_ratio=%s). Please check the filtering logic. Reading "
+            "mostly-filtered data is slow: if this is intended, consider storing a filtered "
+            "copy. To disable this check, set "
+            "grain.experimental.DatasetOptions.filter_warn_threshold_ratio used in "
+            "WithOptionsIterDataset to None.",
+            self._where,
+            ratio * 100,
+            seen,
+            opts.filter_warn_threshold_ratio,
+        )
 
 
 class PrefetchIterDataset(IterDataset):
