@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import json
 import operator
 import sys
@@ -168,6 +169,13 @@ class MapDatasetMeta(abc.ABCMeta):
         except AttributeError:  # a stage with __slots__: sequential_slice refuses it
             pass
         return ds
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """The constructor's parameters (what ``inspect.signature(SomeMapDataset)`` shows), not
+        the ``(*args, **kwargs)`` of this metaclass's ``__call__``."""
+        init = inspect.signature(getattr(cls, "__init__"))  # noqa: B009 (mypy: unsound __init__ access)
+        return init.replace(parameters=list(init.parameters.values())[1:])
 
     def source(cls, source: Any) -> MapDataset:
         """Returns a dataset over ``source``: any ``Sequence`` or ``RandomAccessDataSource``."""

@@ -468,3 +468,13 @@ def test_batching_a_filtered_map_dataset_gives_short_batches():
     """docs/differences.md: Grain refuses ``MapDataset.filter(...).batch(...)``; we batch what passes."""
     ds = grain.MapDataset.range(10).filter(lambda x: x % 3).batch(3)
     assert [b.tolist() for b in ds] == [[1, 2], [4, 5], [7, 8]]
+
+
+def test_map_dataset_classes_show_their_constructor_signature():
+    """``inspect.signature`` of a MapDataset class is its constructor's, as in Grain (the
+    metaclass that records constructions must not hide it behind ``(*args, **kwargs)``)."""
+    import inspect
+
+    assert list(inspect.signature(grain.MapDataset).parameters) == ["parents"]
+    assert list(inspect.signature(grain.experimental.ZipMapDataset).parameters) == ["parents"]
+    assert "transform" in inspect.signature(grain.experimental.FlatMapMapDataset).parameters
