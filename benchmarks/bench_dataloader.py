@@ -55,6 +55,9 @@ class Decode_grain_core(grain_core.transforms.Map):  # noqa: N801
         return _decode(record)
 
 
+_DECODE: dict[str, type] = {"grain_core": Decode_grain_core}
+
+
 try:
     import grain.python as _grain_python
 
@@ -62,12 +65,14 @@ try:
         def map(self, record):
             return _decode(record)
 
+    _DECODE["grain"] = Decode_grain
+
 except ImportError:
     pass
 
 
 def _make_decode(lib):
-    return Decode_grain_core if lib.__name__ == "grain_core" else globals()["Decode_grain"]
+    return _DECODE[lib.__name__.partition(".")[0]]
 
 
 def _batch(lib):

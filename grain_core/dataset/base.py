@@ -174,7 +174,7 @@ class MapDatasetMeta(abc.ABCMeta):
     def __signature__(cls) -> inspect.Signature:
         """The constructor's parameters (what ``inspect.signature(SomeMapDataset)`` shows), not
         the ``(*args, **kwargs)`` of this metaclass's ``__call__``."""
-        init = inspect.signature(getattr(cls, "__init__"))  # noqa: B009 (mypy: unsound __init__ access)
+        init = inspect.signature(getattr(cls, "__init__"))  # getattr: mypy refuses cls.__init__ here
         return init.replace(parameters=list(init.parameters.values())[1:])
 
     def source(cls, source: Any) -> MapDataset:
