@@ -174,7 +174,7 @@ class MapDatasetMeta(abc.ABCMeta):
     def __signature__(cls) -> inspect.Signature:
         """The constructor's parameters (what ``inspect.signature(SomeMapDataset)`` shows), not
         the ``(*args, **kwargs)`` of this metaclass's ``__call__``."""
-        init = inspect.signature(getattr(cls, "__init__"))  # getattr: mypy refuses cls.__init__ here
+        init = inspect.signature(cls.__init__)  # type: ignore[misc]  # the class's own constructor
         return init.replace(parameters=list(init.parameters.values())[1:])
 
     def source(cls, source: Any) -> MapDataset:
