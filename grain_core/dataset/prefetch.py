@@ -44,6 +44,7 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
+from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
 from grain_core.options import DatasetOptions, ReadOptions
@@ -187,6 +188,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._filter_check = FilterRatioCheck("to_iter_dataset")
         self._elem_bytes = 0  # bytes of a recently read element (0: not known yet)
         self._typical_seconds = 0.0  # how long a chunk recently took
+        # With threads: whether the pool reads ahead or only the chunk asked for (see
+        # read_policy). A private hook: tests replace it with a policy of scripted decisions.
+        self._policy = ReadModePolicy()
         self._configure(ds)
         self._lock = threading.Lock()
         self._pool: futures.ThreadPoolExecutor | None = None
@@ -202,11 +206,14 @@ class PrefetchDatasetIterator(DatasetIterator):
 
     def _reset_buffer(self) -> None:
         """Forgets everything read ahead and restarts cold at ``_next_index`` (see the docstring)."""
-        self._chunk = 1
+        self._chunk = 1  # elements of the next chunk read ahead by the pool
+        self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
+        self._step_from: float | None = None  # when the current chunk was made current
         self._cold = True  # the next chunk (one element) is read by the caller
         self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
-        self._buffer: collections.deque[tuple[int, int, Any]] = collections.deque()
+        # (start, stop, future or None: read by the caller, read ahead: not asked for yet)
+        self._buffer: collections.deque[tuple[int, int, Any, bool]] = collections.deque()
         self._read_to = self._next_index
         self._current: Any = []
         self._current_start = self._next_index
@@ -232,35 +239,41 @@ class PrefetchDatasetIterator(DatasetIterator):
         t1 = time.perf_counter()
         return items, t1 - t0, t1
 
-    def _chunk_limit(self) -> int:
+    def _chunk_limit(self, ahead: bool) -> int:
         """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``_CHUNK_BYTES`` bytes and,
-        with threads, half the buffer (so reading ahead overlaps consuming)."""
+        with threads, the buffer (a chunk read when asked for) or half of it (a chunk read ahead,
+        so reading ahead overlaps consuming)."""
         limit = _MAX_CHUNK
         if self._elem_bytes:
             limit = min(limit, max(1, _CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
-            limit = min(limit, max(1, self._read_options.prefetch_buffer_size // 2))
+            budget = self._read_options.prefetch_buffer_size
+            limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
 
+    def _adapt_sync(self, seconds: float) -> None:
+        """Resizes chunks read by the calling thread: doubling while one takes under
+        ``_SYNC_GROW_SECONDS``, halving above four times that."""
+        limit = self._chunk_limit(False)
+        if seconds < _SYNC_GROW_SECONDS:
+            self._sync_chunk = min(self._sync_chunk * 2, limit)
+        elif seconds > 4 * _SYNC_GROW_SECONDS:
+            self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
+        else:
+            self._sync_chunk = min(self._sync_chunk, limit)
+
     def _adapt(self, seconds: float, pool_seconds: float) -> None:
-        """Resizes chunks from how long the last one took on its own (``seconds``) and what it cost
-        the thread pool (``pool_seconds``: at most the time since the chunk before it was done).
+        """Resizes pool chunks from how long the last one took on its own (``seconds``) and what
+        it cost the thread pool (``pool_seconds``: at most the time since the chunk before it was
+        done).
 
         Threads sharing the CPU (and the GIL) make every chunk take longer the more run at once, so
         ``seconds`` overstates what a chunk costs when threads contend; ``pool_seconds`` does not.
         Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
         own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
         cost per call (ArrayRecord) get calls as large as one thread's share of the buffer."""
-        limit = self._chunk_limit()
+        limit = self._chunk_limit(True)
         self._typical_seconds = seconds
-        if self._sync:
-            if seconds < _SYNC_GROW_SECONDS:
-                self._chunk = min(self._chunk * 2, limit)
-            elif seconds > 4 * _SYNC_GROW_SECONDS:
-                self._chunk = max(1, min(self._chunk // 2, limit))
-            else:
-                self._chunk = min(self._chunk, limit)
-            return
         budget = self._read_options.prefetch_buffer_size
         if seconds < _MIN_CHUNK_SECONDS:
             self._chunk = min(self._chunk * 2, limit)
@@ -272,36 +285,47 @@ class PrefetchDatasetIterator(DatasetIterator):
         else:
             self._chunk = min(self._chunk, limit)
 
+    def _reads_ahead(self) -> bool:
+        """Whether chunks go to the pool ahead of the consumer: with threads and a buffer, after
+        the first chunk of a (re)start, while the policy finds reading ahead faster."""
+        return not (self._sync or self._cold) and self._policy.read_ahead
+
+    def _submit(self, start: int, stop: int) -> futures.Future:
+        if self._pool is None:
+            self._pool = futures.ThreadPoolExecutor(
+                max_workers=self._read_options.num_threads, thread_name_prefix="grain_core-read"
+            )
+        return self._pool.submit(self._read_chunk, start, stop)
+
     def _fill(self) -> None:
-        """Queues chunks: one to be read by the caller (synchronous or cold), or, with threads,
-        submits chunks until ``prefetch_buffer_size`` elements are in flight, counting the unreturned
-        rest of the current chunk."""
-        threads = self._read_options.num_threads
+        """Queues chunks: reading ahead, submits chunks to the pool until
+        ``prefetch_buffer_size`` elements are in flight, counting the unreturned rest of the
+        current chunk; otherwise queues the one chunk the consumer asks for next (once the chunks
+        read ahead before are consumed): read by the caller without threads or after a
+        (re)start, else by a pool thread while the caller waits (so a slow element still does not
+        hold back finished ones)."""
         budget = self._read_options.prefetch_buffer_size
+        ahead = self._reads_ahead()
         in_flight = len(self._current) - self._current_pos
-        in_flight += sum(stop - start for start, stop, _ in self._buffer)
+        in_flight += sum(stop - start for start, stop, _, _ in self._buffer)
         while self._read_to < self._len and (in_flight < budget or not self._buffer):
-            if self._ramp is not None and len(self._buffer) >= self._ramp:
-                break
             start = self._read_to
-            stop = min(self._len, start + self._chunk)
-            if self._sync or self._cold:
-                # Read by the caller in _next_chunk: every chunk without read-ahead, and the first
-                # (one element) after a (re)start. One such chunk is queued at a time.
+            if not ahead:
                 if not self._buffer:
+                    stop = min(self._len, start + self._sync_chunk)
+                    fut = None if self._sync or self._cold else self._submit(start, stop)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
-                    self._buffer += ((start, stop, None),)
+                    self._buffer += ((start, stop, fut, False),)
                     self._read_to = stop
                 break
+            if self._ramp is not None and len(self._buffer) >= self._ramp:
+                break
+            stop = min(self._len, start + self._chunk)
             if budget - in_flight < stop - start and self._buffer:
                 stop = start + max(1, budget - in_flight)  # the last chunk fills the budget exactly
-            if self._pool is None:
-                self._pool = futures.ThreadPoolExecutor(
-                    max_workers=threads, thread_name_prefix="grain_core-read"
-                )
-            fut = self._pool.submit(self._read_chunk, start, stop)
-            self._buffer += ((start, stop, fut),)  # with the next line: no call between
+            fut = self._submit(start, stop)
+            self._buffer += ((start, stop, fut, True),)  # with the next line: no call between
             self._read_to = stop
             in_flight += stop - start
 
@@ -317,7 +341,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             self._fill()
             if not self._buffer:
                 return False
-        start, stop, fut = self._buffer[0]
+        start, stop, fut, ahead = self._buffer[0]
         items: Any
         lazy = False
         try:
@@ -341,26 +365,36 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not lazy:
             if items:
                 self._elem_bytes = _nbytes(items[0]) or self._elem_bytes
-            self._adapt(seconds, pool_seconds)
+            if ahead:
+                self._adapt(seconds, pool_seconds)
+            else:
+                self._adapt_sync(seconds)
             if not self._allow_nones:
                 dropped = sum(map(operator.is_, items, itertools.repeat(None)))
                 dense = not dropped
                 self._filter_check.record(dropped, len(items), self._options)
         else:
             dense = self._allow_nones
+        consumed = len(self._current)  # the previous chunk, consumed to its end
         # The commit: plain assignments and a `del` (no call, so no KeyboardInterrupt between
         # them): the chunk moves from the buffer to `_current` at once or not at all.
         self._current, self._current_start, self._current_pos = items, start, 0
         self._current_dense = dense
         self._taken_from = 0
         del self._buffer[0]
-        if fut is not None and self._ramp is not None:
+        if self._sync:
+            return True
+        if ahead and self._ramp is not None:
             self._ramp *= 2
             if self._ramp > 2 * self._read_options.num_threads:
                 self._ramp = None
+        now = time.perf_counter()
+        last, self._step_from = self._step_from, now
+        if last is not None and consumed:
+            self._policy.record(ReadStep(ahead, consumed, now - last))
         if fut is None and self._cold:
             self._cold = False  # the pool starts at the next chunk, after this one is handed out
-        elif not self._sync:
+        elif self._policy.read_ahead:
             self._fill()
         return True
 
@@ -455,14 +489,17 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._reset_buffer()  # restart cold: the first element after a restore comes quickly
 
     def start_prefetch(self) -> None:
-        if self._read_options.num_threads and not self._buffer and not self._closed:
-            # Asked to read ahead now, before the first element is wanted: fill the pool at once.
-            self._cold = False
-            self._ramp = None
-            self._fill()
+        if not self._sync and not self._buffer and not self._closed:
+            # Asked to read ahead now, before the first element is wanted: fill the pool at once
+            # (the policy starts with the pool and measures the calling thread afterwards).
+            self._policy.start_reading_ahead()
+            if self._policy.read_ahead:
+                self._cold = False
+                self._ramp = None
+                self._fill()
 
     def _cancel_pending(self) -> None:
-        for _, _, fut in self._buffer:
+        for _, _, fut, _ in self._buffer:
             if fut is not None:
                 fut.cancel()
         self._buffer.clear()

@@ -1,0 +1,134 @@
+"""Whether a threaded ``to_iter_dataset`` reads ahead of its consumer, or only the chunk asked for.
+
+Reading ahead in threads pays off when reading releases the GIL (I/O, ArrayRecord, large numpy
+work) or when the consumer does (a training step): reading then overlaps consuming. When reading
+is cheap Python work, threads reading ahead only compete with the consumer for the GIL and the
+cores, and the consumer runs several times slower. Without read-ahead ("on demand"), the pool reads
+just the chunk the consumer asks for while the consumer waits: no contention, one hand-off per
+chunk, and a slow element still does not hold back finished ones (the consumer's usual slow-head
+fallback applies to that chunk too).
+
+:class:`ReadModePolicy` decides by measuring both, end to end: the iterator reports, for every
+chunk it makes current, how many indices the consumer went through since the previous one and how
+long that took (:class:`ReadStep`; the consumer's own work is included, since that is where the
+contention shows). The policy compares the two modes' rates over windows of steps and keeps the
+faster:
+
+* it measures the first mode (on demand, or reading ahead if asked to read ahead at once), then
+  the other, and picks the faster;
+* it keeps that mode for ``FIRST_BACKOFF`` windows, then probes the other for one window and
+  switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles the windows
+  until the next probe (up to ``MAX_BACKOFF``), a switch resets them;
+* a window at less than ``DROP_FACTOR`` of the rate the current mode had when chosen (reads
+  turned expensive, say) brings the next probe forward to now.
+
+A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS``; the first
+``SKIP_STEPS`` steps after a switch are not counted (the pool is still filling or draining), nor
+are steps of the other mode (chunks read ahead before the switch are consumed first).
+
+The policy has no clock: it sees only the measurements given to it, so tests drive it with
+made-up steps. The iterator keeps it in its private ``_policy`` attribute and uses only
+:attr:`ReadModePolicy.read_ahead`, :meth:`ReadModePolicy.record` and
+:meth:`ReadModePolicy.start_reading_ahead`, so tests also replace it with scripted decisions. It
+decides how reading is scheduled, never what is read: the elements, their order, the iterator's
+state and the bound on elements in flight (``prefetch_buffer_size``) do not depend on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadStep:
+    """One chunk made current: whether it was ``read_ahead`` (else read when asked for), and the
+    ``elements`` (indices) the consumer went through in the ``seconds`` since the previous chunk
+    was made current."""
+
+    read_ahead: bool
+    elements: int
+    seconds: float
+
+
+class ReadModePolicy:
+    """Chooses between reading ahead in the pool (:attr:`read_ahead` True) and reading only the
+    chunk asked for (False); see the module docstring."""
+
+    MIN_STEPS = 8
+    MIN_SECONDS = 0.03
+    SKIP_STEPS = 4
+    SWITCH_MARGIN = 1.25
+    FIRST_BACKOFF = 4
+    MAX_BACKOFF = 256
+    DROP_FACTOR = 0.5
+
+    def __init__(self, read_ahead: bool = False):
+        self.read_ahead = read_ahead
+        self.phase = "first"  # "first", "second" (exploring), "keep", "probe"
+        self.rates: dict[bool, float] = {}  # elements/s of each mode, last measured
+        self._chosen_rate = 0.0  # the current mode's rate when it was (last) chosen
+        self._backoff = self.FIRST_BACKOFF
+        self._windows_left = 0
+        self._started = False
+        self._reset_window(self.SKIP_STEPS)
+
+    def _reset_window(self, skip: int = 0) -> None:
+        self._skip = skip
+        self._steps = 0
+        self._elements = 0
+        self._seconds = 0.0
+
+    def _switch(self, read_ahead: bool) -> None:
+        skip = self.SKIP_STEPS if read_ahead != self.read_ahead else 0
+        self.read_ahead = read_ahead
+        self._reset_window(skip)
+
+    def start_reading_ahead(self) -> None:
+        """Starts with reading ahead (the iterator was asked to read ahead at once); only before
+        any step."""
+        if not self._started:
+            self.read_ahead = True
+
+    def record(self, step: ReadStep) -> None:
+        """Takes one measurement; may change :attr:`read_ahead`."""
+        self._started = True
+        if step.read_ahead != self.read_ahead or step.elements <= 0:
+            return
+        if self._skip:
+            self._skip -= 1
+            return
+        self._steps += 1
+        self._elements += step.elements
+        self._seconds += max(step.seconds, 0.0)
+        if self._steps < self.MIN_STEPS or self._seconds < self.MIN_SECONDS:
+            return
+        rate = self._elements / self._seconds
+        mode = self.read_ahead
+        self.rates[mode] = rate
+        if self.phase == "first":
+            self.phase = "second"
+            self._switch(not mode)
+        elif self.phase == "second":
+            self._keep(max((True, False), key=lambda m: self.rates[m]), reset_backoff=True)
+        elif self.phase == "probe":
+            kept = not mode
+            if rate > self.SWITCH_MARGIN * self.rates[kept]:
+                self._keep(mode, reset_backoff=True)
+            else:
+                self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
+                self._keep(kept, reset_backoff=False)
+        else:  # "keep"
+            self._windows_left -= 1
+            if self._windows_left <= 0 or rate < self.DROP_FACTOR * self._chosen_rate:
+                self.phase = "probe"
+                self._switch(not mode)
+            else:
+                self._reset_window()
+
+    def _keep(self, mode: bool, *, reset_backoff: bool) -> None:
+        if reset_backoff:
+            self._backoff = self.FIRST_BACKOFF
+        self.phase = "keep"
+        self._windows_left = self._backoff
+        self._chosen_rate = self.rates[mode]
+        self._switch(mode)
