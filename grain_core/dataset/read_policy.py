@@ -14,17 +14,21 @@ long that took (:class:`ReadStep`; the consumer's own work is included, since th
 contention shows). The policy compares the two modes' rates over windows of steps and keeps the
 faster:
 
-* it measures the first mode (on demand, or reading ahead if asked to read ahead at once), then
-  the other, and picks the faster;
+* it measures reading ahead first (what the iterator did before this policy, so no pipeline
+  starts slower), then on demand; if on demand was faster, reading ahead once more (its first
+  window can include the threads' own start-up, such as opening files), then picks the faster;
 * it keeps that mode for ``FIRST_BACKOFF`` windows, then probes the other for one window and
   switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles the windows
   until the next probe (up to ``MAX_BACKOFF``), a switch resets them;
 * a window at less than ``DROP_FACTOR`` of the rate the current mode had when chosen (reads
   turned expensive, say) brings the next probe forward to now.
 
-A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS``; the first
-``SKIP_STEPS`` steps after a switch are not counted (the pool is still filling or draining), nor
-are steps of the other mode (chunks read ahead before the switch are consumed first).
+The kept mode's rate, for these comparisons, is the best of its last ``HISTORY`` windows (a
+probe has its one window): on a shared machine a window is only ever slowed down by others, and
+one slowed window should not make the policy switch. A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS``;
+the first ``FIRST_SKIP_STEPS`` steps (the pool ramping up) and the first ``SKIP_STEPS`` after a
+switch are not counted (the pool is still filling or draining), nor are steps of the other mode
+(chunks read ahead before the switch are consumed first).
 
 The policy has no clock: it sees only the measurements given to it, so tests drive it with
 made-up steps. The iterator keeps it in its private ``_policy`` attribute and uses only
@@ -36,6 +40,7 @@ state and the bound on elements in flight (``prefetch_buffer_size``) do not depe
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 
@@ -56,21 +61,30 @@ class ReadModePolicy:
 
     MIN_STEPS = 8
     MIN_SECONDS = 0.03
+    FIRST_SKIP_STEPS = 8
     SKIP_STEPS = 4
+    HISTORY = 3
     SWITCH_MARGIN = 1.25
     FIRST_BACKOFF = 4
     MAX_BACKOFF = 256
     DROP_FACTOR = 0.5
 
-    def __init__(self, read_ahead: bool = False):
+    def __init__(self, read_ahead: bool = True):
         self.read_ahead = read_ahead
-        self.phase = "first"  # "first", "second" (exploring), "keep", "probe"
-        self.rates: dict[bool, float] = {}  # elements/s of each mode, last measured
+        self.phase = "first"  # "first", "second", "third" (exploring), "keep", "probe"
+        # elements/s of each mode's last windows, newest last
+        self.windows: dict[bool, collections.deque[float]] = {
+            m: collections.deque(maxlen=self.HISTORY) for m in (True, False)
+        }
         self._chosen_rate = 0.0  # the current mode's rate when it was (last) chosen
         self._backoff = self.FIRST_BACKOFF
         self._windows_left = 0
         self._started = False
-        self._reset_window(self.SKIP_STEPS)
+        self._reset_window(self.FIRST_SKIP_STEPS)
+
+    def rate(self, read_ahead: bool) -> float:
+        """A mode's rate: the best of its last ``HISTORY`` windows (0.0 before any)."""
+        return max(self.windows[read_ahead], default=0.0)
 
     def _reset_window(self, skip: int = 0) -> None:
         self._skip = skip
@@ -102,24 +116,27 @@ class ReadModePolicy:
         self._seconds += max(step.seconds, 0.0)
         if self._steps < self.MIN_STEPS or self._seconds < self.MIN_SECONDS:
             return
-        rate = self._elements / self._seconds
+        window = self._elements / self._seconds
         mode = self.read_ahead
-        self.rates[mode] = rate
+        self.windows[mode].append(window)
         if self.phase == "first":
             self.phase = "second"
             self._switch(not mode)
-        elif self.phase == "second":
-            self._keep(max((True, False), key=lambda m: self.rates[m]), reset_backoff=True)
+        elif self.phase == "second" and self.rate(mode) > self.rate(not mode):
+            self.phase = "third"
+            self._switch(not mode)
+        elif self.phase in ("second", "third"):
+            self._keep(max((True, False), key=self.rate), reset_backoff=True)
         elif self.phase == "probe":
             kept = not mode
-            if rate > self.SWITCH_MARGIN * self.rates[kept]:
+            if window > self.SWITCH_MARGIN * self.rate(kept):
                 self._keep(mode, reset_backoff=True)
             else:
                 self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
                 self._keep(kept, reset_backoff=False)
         else:  # "keep"
             self._windows_left -= 1
-            if self._windows_left <= 0 or rate < self.DROP_FACTOR * self._chosen_rate:
+            if self._windows_left <= 0 or window < self.DROP_FACTOR * self._chosen_rate:
                 self.phase = "probe"
                 self._switch(not mode)
             else:
@@ -130,5 +147,5 @@ class ReadModePolicy:
             self._backoff = self.FIRST_BACKOFF
         self.phase = "keep"
         self._windows_left = self._backoff
-        self._chosen_rate = self.rates[mode]
+        self._chosen_rate = self.rate(mode)
         self._switch(mode)
