@@ -59,10 +59,10 @@ class ReadModePolicy:
     """Chooses between reading ahead in the pool (:attr:`read_ahead` True) and reading only the
     chunk asked for (False); see the module docstring."""
 
-    MIN_STEPS = 8
+    MIN_STEPS = 4
     MIN_SECONDS = 0.03
-    FIRST_SKIP_STEPS = 8
-    SKIP_STEPS = 4
+    FIRST_SKIP_STEPS = 4
+    SKIP_STEPS = 2
     HISTORY = 3
     SWITCH_MARGIN = 1.25
     FIRST_BACKOFF = 4

@@ -1,0 +1,415 @@
+"""The read-ahead policy of a threaded ``to_iter_dataset`` (``grain_core.dataset.read_policy``).
+
+The policy decides only *how* chunks are read (ahead of the consumer by the pool, or on demand);
+these tests check its decisions on made-up measurements (it has no clock), and that the iterator's
+output, state, memory bound, slow-element guarantee, Ctrl-C safety and clean-up are the same in
+both modes and across switches, by replacing the iterator's policy with scripted decisions. No
+check depends on timing.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import grain_core as grain
+from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
+from grain_core.dataset.trees import iterator_tree
+from grain_core.testing import drain_with_interrupts
+
+P = ReadModePolicy
+
+
+def _window(policy: ReadModePolicy, rate: float, *, skip: int = 0) -> None:
+    """Feeds ``skip`` steps to be skipped, then one window of the current mode at ``rate``
+    elements/s (``MIN_STEPS`` steps covering ``MIN_SECONDS``)."""
+    mode = policy.read_ahead
+    elements = math.ceil(rate * P.MIN_SECONDS / P.MIN_STEPS) + 1
+    for _ in range(skip):
+        policy.record(ReadStep(mode, 1, 1e-9))  # absurdly fast: counted, it would show
+    for _ in range(P.MIN_STEPS):
+        policy.record(ReadStep(mode, elements, elements / rate))
+
+
+def _windows_until_switch(policy: ReadModePolicy, rate: float) -> int:
+    """Feeds windows at ``rate`` (the first after a switch back) until the policy switches."""
+    mode, n = policy.read_ahead, 0
+    while policy.read_ahead == mode:
+        _window(policy, rate, skip=P.SKIP_STEPS if n == 0 else 0)
+        n += 1
+    return n
+
+
+def _explored(ahead_rate: float, demand_rate: float) -> ReadModePolicy:
+    p = ReadModePolicy()
+    _window(p, ahead_rate, skip=P.FIRST_SKIP_STEPS)
+    _window(p, demand_rate, skip=P.SKIP_STEPS)
+    if p.phase == "third":
+        _window(p, ahead_rate, skip=P.SKIP_STEPS)
+    return p
+
+
+# --- the policy on its own ---------------------------------------------------------------------
+
+
+def test_starts_reading_ahead_then_measures_on_demand():
+    p = ReadModePolicy()
+    assert p.read_ahead and p.phase == "first"
+    _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS)
+    assert not p.read_ahead and p.phase == "second"
+    assert p.rate(True) == pytest.approx(1000.0, rel=0.01)
+
+
+def test_cheap_reads_choose_on_demand_after_a_second_look_at_reading_ahead():
+    p = ReadModePolicy()
+    _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS)
+    _window(p, 3000.0, skip=P.SKIP_STEPS)
+    assert p.read_ahead and p.phase == "third"  # reading ahead measured again, warm
+    _window(p, 1200.0, skip=P.SKIP_STEPS)
+    assert not p.read_ahead and p.phase == "keep"
+
+
+def test_reading_ahead_chosen_when_faster_at_once_or_once_warm():
+    p = _explored(5000.0, 1000.0)
+    assert p.read_ahead and p.phase == "keep"
+    p = ReadModePolicy()
+    _window(p, 500.0, skip=P.FIRST_SKIP_STEPS)  # start-up (opening files ...) in the window
+    _window(p, 1000.0, skip=P.SKIP_STEPS)
+    _window(p, 5000.0, skip=P.SKIP_STEPS)
+    assert p.read_ahead and p.phase == "keep"
+
+
+def test_steps_of_the_other_mode_and_skipped_steps_do_not_count():
+    p = ReadModePolicy()
+    for _ in range(100):
+        p.record(ReadStep(False, 10**6, 1e-9))  # chunks read on demand before the switch
+    assert p.read_ahead and p.phase == "first"
+    for _ in range(P.FIRST_SKIP_STEPS):
+        p.record(ReadStep(True, 10**6, 1e-9))
+    assert p.phase == "first" and p.rate(True) == 0.0
+    _window(p, 1000.0)
+    assert p.rate(True) == pytest.approx(1000.0, rel=0.01)
+
+
+def test_a_window_needs_steps_and_seconds():
+    q = ReadModePolicy()  # many steps, but together shorter than MIN_SECONDS: no window yet
+    for _ in range(P.FIRST_SKIP_STEPS):
+        q.record(ReadStep(True, 1, 0.0))
+    for _ in range(10 * P.MIN_STEPS):
+        q.record(ReadStep(True, 10, P.MIN_SECONDS / (100 * P.MIN_STEPS)))
+    assert q.phase == "first"
+    r = ReadModePolicy()  # long steps, but fewer than MIN_STEPS: no window yet
+    for _ in range(P.FIRST_SKIP_STEPS):
+        r.record(ReadStep(True, 1, 0.0))
+    for _ in range(P.MIN_STEPS - 1):
+        r.record(ReadStep(True, 10, 10 * P.MIN_SECONDS))
+    assert r.phase == "first"
+    r.record(ReadStep(True, 10, 10 * P.MIN_SECONDS))
+    assert r.phase == "second"
+
+
+def test_probes_back_off_and_switch_only_by_a_margin():
+    p = _explored(1000.0, 3000.0)
+    assert not p.read_ahead
+    windows_to_probe = []
+    for _ in range(4):  # the other mode is never faster: probes come after 4, 8, 16, 32 windows
+        windows_to_probe.append(_windows_until_switch(p, 3000.0))
+        _window(p, 3000.0 * P.SWITCH_MARGIN * 0.99, skip=P.SKIP_STEPS)  # not by the margin
+        assert not p.read_ahead and p.phase == "keep"
+    assert windows_to_probe == [P.FIRST_BACKOFF * 2**k for k in range(4)]
+    _windows_until_switch(p, 3000.0)
+    _window(p, 3000.0 * P.SWITCH_MARGIN * 1.01, skip=P.SKIP_STEPS)
+    assert p.read_ahead and p.phase == "keep"
+    n = 0
+    while p.read_ahead:  # a switch resets the back-off
+        _window(p, 3000.0 * P.SWITCH_MARGIN * 1.01)
+        n += 1
+    assert n == P.FIRST_BACKOFF
+
+
+def test_backoff_is_capped():
+    p = _explored(1000.0, 3000.0)
+    for _ in range(12):
+        n = _windows_until_switch(p, 3000.0)
+        _window(p, 1000.0, skip=P.SKIP_STEPS)
+    assert n == P.MAX_BACKOFF
+
+
+def test_a_sharp_drop_probes_at_once():
+    p = _explored(1000.0, 3000.0)
+    _window(p, 3000.0, skip=P.SKIP_STEPS)
+    assert not p.read_ahead
+    _window(p, 3000.0 * P.DROP_FACTOR * 0.9)  # reads turned expensive
+    assert p.read_ahead and p.phase == "probe"
+    _window(p, 6000.0, skip=P.SKIP_STEPS)
+    assert p.read_ahead and p.phase == "keep"
+
+
+def test_one_slowed_window_does_not_make_it_switch():
+    p = _explored(1000.0, 3000.0)
+    _window(p, 3000.0, skip=P.SKIP_STEPS)
+    _window(p, 300.0)  # the machine was busy for a moment: probe at once ...
+    assert p.read_ahead
+    _window(p, 1200.0, skip=P.SKIP_STEPS)  # ... against the best recent window, not the slow one
+    assert not p.read_ahead and p.phase == "keep"
+
+
+def test_start_reading_ahead_only_before_any_step():
+    p = ReadModePolicy(read_ahead=False)
+    p.start_reading_ahead()
+    assert p.read_ahead
+    q = ReadModePolicy(read_ahead=False)
+    q.record(ReadStep(False, 1, 0.001))
+    q.start_reading_ahead()
+    assert not q.read_ahead
+
+
+# --- the iterator under scripted decisions -----------------------------------------------------
+
+
+class ScriptedPolicy:
+    """Reads ahead or not as ``script(step number)`` says; records the steps it is given."""
+
+    def __init__(self, script):
+        self.script = script
+        self.steps: list[ReadStep] = []
+        self.read_ahead = script(0)
+
+    def start_reading_ahead(self) -> None:
+        pass
+
+    def record(self, step: ReadStep) -> None:
+        self.steps.append(step)
+        self.read_ahead = self.script(len(self.steps))
+
+
+SCRIPTS = {
+    "ahead": lambda k: True,
+    "on demand": lambda k: False,
+    "flip every 3": lambda k: (k // 3) % 2 == 0,
+    "flip every step": lambda k: k % 2 == 1,
+    "random": lambda k: bool(np.random.default_rng(k).integers(2)),
+}
+
+
+class CountingSource:
+    """Records every bulk read (its indices, the reading thread's name) and the highest index."""
+
+    def __init__(self, n: int, make=lambda i: i):
+        self._n, self._make = n, make
+        self.calls: list[tuple[list[int], str]] = []
+        self.max_stop = 0
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return self._n
+
+    def __getitem__(self, i):
+        return self._make(i)
+
+    def __getitems__(self, indices):
+        idx = [int(i) for i in indices]
+        with self._lock:
+            self.calls.append((idx, threading.current_thread().name))
+            self.max_stop = max([self.max_stop, *(i + 1 for i in idx)])
+        return [self._make(i) for i in idx]
+
+
+def _scripted(it, script) -> ScriptedPolicy:
+    found = [n for n in iterator_tree(it) if hasattr(n, "_policy")]
+    assert len(found) == 1
+    found[0]._policy = policy = ScriptedPolicy(script)
+    return policy
+
+
+def _pipeline(options, n=4000):
+    return (
+        grain.MapDataset.range(n)
+        .map(lambda x: x + 1 if x % 7 else None)  # Nones are skipped by to_iter_dataset
+        .to_iter_dataset(options)
+        .map(lambda x: x * 2)
+        .filter(lambda x: x % 3 != 0)
+        .batch(4)
+    )
+
+
+OPTIONS = [
+    grain.ReadOptions(num_threads=3, prefetch_buffer_size=9),
+    grain.ReadOptions(num_threads=2, prefetch_buffer_size=1),
+    grain.ReadOptions(),
+]
+
+
+def _as_lists(xs):
+    return [x.tolist() for x in xs]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=repr)
+@pytest.mark.parametrize("script", SCRIPTS, ids=str)
+def test_output_and_states_are_exact_in_both_modes_and_across_switches(options, script):
+    expected = _as_lists(_pipeline(options))
+    it = iter(_pipeline(options))
+    policy = _scripted(it, SCRIPTS[script])
+    got, states = [], []
+    sizes = [1, 3, 64, 2]
+    try:
+        for k in range(100_000):
+            if k % 2:
+                got += _as_lists([next(it)])
+            else:
+                got += _as_lists(it.next_chunk(sizes[k % len(sizes)]))
+            states.append((len(got), it.get_state()))
+    except StopIteration:
+        pass
+    assert got == expected
+    modes = {s.read_ahead for s in policy.steps}
+    assert modes == {"ahead": {True}, "on demand": {False}}.get(script, {True, False})
+    for pos, state in states[:: max(1, len(states) // 30)]:
+        fresh = iter(_pipeline(options))
+        _scripted(fresh, SCRIPTS[script])
+        fresh.set_state(state)
+        assert _as_lists(fresh) == expected[pos:]
+        fresh.close()
+
+
+@pytest.mark.parametrize("buffer", [1, 5, 16])
+@pytest.mark.parametrize("script", SCRIPTS, ids=str)
+def test_elements_in_flight_stay_within_the_buffer(buffer, script):
+    src = CountingSource(400)
+    it = iter(
+        grain.MapDataset.source(src).to_iter_dataset(
+            grain.ReadOptions(num_threads=3, prefetch_buffer_size=buffer)
+        )
+    )
+    _scripted(it, SCRIPTS[script])
+    received = 0
+    for x in it:
+        received += 1
+        assert x == received - 1
+        assert src.max_stop <= received + buffer
+    assert received == 400
+
+
+def test_on_demand_reads_nothing_ahead_and_reads_in_the_pool():
+    """On demand, the last read is always the chunk being consumed (nothing beyond it was asked
+    for), and a pool thread reads it (after the first element, which the caller reads)."""
+    src = CountingSource(3000)
+    it = iter(grain.MapDataset.source(src).to_iter_dataset(grain.ReadOptions()))
+    _scripted(it, SCRIPTS["on demand"])
+    for i in range(3000):
+        assert next(it) == i
+        last, _ = src.calls[-1]
+        assert last[0] <= i <= last[-1]
+    assert src.calls[0] == ([0], threading.main_thread().name)
+    assert all(name.startswith("grain_core-read") for _, name in src.calls[1:])
+    assert max(len(idx) for idx, _ in src.calls) > 1  # chunks, not single elements
+    it.close()
+
+
+def test_reading_ahead_reads_ahead():
+    src = CountingSource(3000)
+    it = iter(grain.MapDataset.source(src).to_iter_dataset(grain.ReadOptions()))
+    _scripted(it, SCRIPTS["ahead"])
+    ahead = 0
+    for i in range(3000):
+        assert next(it) == i
+        ahead = max(ahead, src.max_stop - (i + 1))
+    assert ahead > 0
+    it.close()
+
+
+@pytest.mark.parametrize("script", ["on demand", "flip every step"])
+def test_slow_element_does_not_hold_back_finished_earlier_ones(script):
+    """As tests/test_chunks.py's test of the same name, with the policy reading on demand."""
+    release = threading.Event()
+    guard = threading.Timer(120, release.set)
+    guard.daemon = True
+
+    def f(x):
+        if x == 35:
+            release.wait()
+        return x
+
+    ds = (
+        grain.MapDataset.range(100)
+        .map(f)
+        .to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=64))
+    )
+    it = iter(ds)
+    _scripted(it, SCRIPTS[script])
+    guard.start()
+    try:
+        got = [next(it) for _ in range(35)]
+        released_by_guard = release.is_set()
+        release.set()
+        got += list(it)
+    finally:
+        guard.cancel()
+        release.set()
+        it.close()
+    assert not released_by_guard, "elements 0..34 were held back behind the slow element 35"
+    assert got == list(range(100))
+
+
+def _work(x):
+    a = np.arange(200, dtype=np.float64) + x
+    for _ in range(5):
+        a = np.sqrt(a * a + 1.0)
+    return int(x)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", ["on demand", "flip every 3", "random"])
+def test_real_interrupts_lose_nothing_across_switches(script):
+    n = 3000
+    ds = grain.MapDataset.range(n).map(_work).to_iter_dataset(grain.ReadOptions())
+    it = iter(ds)
+    _scripted(it, SCRIPTS[script])
+    try:
+        out, raised = drain_with_interrupts(it)
+        state = it.get_state()
+    finally:
+        it.close()
+    assert raised > 0
+    assert out == list(range(n))
+    fresh = iter(ds)
+    fresh.set_state(state)
+    assert list(fresh) == []
+
+
+@pytest.mark.parametrize("script", ["on demand", "flip every 3"])
+def test_close_stops_the_read_threads(script):
+    before = {t.ident for t in threading.enumerate()}
+    it = iter(grain.MapDataset.range(5000).to_iter_dataset(grain.ReadOptions(num_threads=4)))
+    _scripted(it, SCRIPTS[script])
+    for _ in range(2000):
+        next(it)
+    ours = [
+        t
+        for t in threading.enumerate()
+        if t.ident not in before and t.name.startswith("grain_core-read")
+    ]
+    assert ours
+    it.close()
+    for t in ours:
+        t.join(timeout=60)
+    assert not [t for t in ours if t.is_alive()]
+
+
+def test_the_policy_is_kept_across_restores():
+    """A restore restarts reading (cold, first element by the caller) but keeps what the policy
+    learnt about the pipeline."""
+    it = iter(grain.MapDataset.range(100).to_iter_dataset(grain.ReadOptions()))
+    policy = _scripted(it, SCRIPTS["on demand"])
+    assert [next(it) for _ in range(10)] == list(range(10))
+    state = it.get_state()
+    next(it)
+    it.set_state(state)
+    assert list(it) == list(range(10, 100))
+    assert it._policy is policy
+    it.close()
