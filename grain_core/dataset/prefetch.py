@@ -13,6 +13,14 @@ elements after a (re)start (the first element comes at once), doubling while a c
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
 unreturned rest of the chunk being consumed, and each chunk holds at most about ``_CHUNK_BYTES``.
+Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for (*on
+demand*: one pool thread reads it while the consumer waits, sized as synchronous chunks, at most
+the buffer) is chosen by measuring both, end to end (``read_policy.ReadModePolicy``): reading
+ahead wins when reads release the GIL (I/O, ArrayRecord) or the consumer does; on demand wins when
+reads are cheap Python work that threads reading ahead would only slow down by contending for the
+GIL. Chunks read ahead before a switch to on demand are consumed first. The choice changes who
+reads when, never which elements come out, in what order, or the state.
+
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
 caller reads the first element itself (it waits for it anyway), then chunks go to the threads with
 a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk consumed): the first elements do
@@ -21,8 +29,8 @@ restore wastes little work. The ramp reaches the full pool after a handful of ch
 steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for reading ahead
 at once).
 
-A slow element does not hold back finished earlier ones: when the chunk at the head of the buffer
-has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
+A slow element does not hold back finished earlier ones (read ahead or on demand): when the chunk
+at the head of the buffer has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
 caller reads that chunk's elements itself, one at a time, and hands each out as soon as it is read
 (switching back to the thread's result once it is done).
 
