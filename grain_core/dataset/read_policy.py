@@ -25,10 +25,14 @@ faster:
 
 The kept mode's rate, for these comparisons, is the best of its last ``HISTORY`` windows (a
 probe has its one window): on a shared machine a window is only ever slowed down by others, and
-one slowed window should not make the policy switch. A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS``;
-the first ``FIRST_SKIP_STEPS`` steps (the pool ramping up) and the first ``SKIP_STEPS`` after a
-switch are not counted (the pool is still filling or draining), nor are steps of the other mode
-(chunks read ahead before the switch are consumed first).
+one slowed window should not make the policy switch.
+
+A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS`` (only
+``EXPLORE_SECONDS`` while exploring at the start, so that short runs are not mostly spent
+measuring; a wrong first choice is corrected by the first probe). The first ``FIRST_SKIP_STEPS``
+steps (the pool ramping up) and the first ``SKIP_STEPS`` after a switch are not counted (the pool
+is still filling or draining), nor are steps of the other mode (chunks read ahead before the
+switch are consumed first).
 
 The policy has no clock: it sees only the measurements given to it, so tests drive it with
 made-up steps. The iterator keeps it in its private ``_policy`` attribute and uses only
@@ -61,6 +65,7 @@ class ReadModePolicy:
 
     MIN_STEPS = 4
     MIN_SECONDS = 0.03
+    EXPLORE_SECONDS = 0.01
     FIRST_SKIP_STEPS = 4
     SKIP_STEPS = 2
     HISTORY = 3
@@ -114,7 +119,9 @@ class ReadModePolicy:
         self._steps += 1
         self._elements += step.elements
         self._seconds += max(step.seconds, 0.0)
-        if self._steps < self.MIN_STEPS or self._seconds < self.MIN_SECONDS:
+        exploring = self.phase in ("first", "second", "third")
+        min_seconds = self.EXPLORE_SECONDS if exploring else self.MIN_SECONDS
+        if self._steps < self.MIN_STEPS or self._seconds < min_seconds:
             return
         window = self._elements / self._seconds
         mode = self.read_ahead
