@@ -486,7 +486,7 @@ def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarra
     pend = np.flatnonzero((out & 0xFFFF) >= n)
     vals = out[pend]
     while pend.size:
-        for _ in range(8):  # a few steps between compactions
+        for _ in range(16):  # several steps between compactions: fewer numpy calls
             vals = flat[vals]
         done = (vals & 0xFFFF) < n
         out[pend[done]] = vals[done]
