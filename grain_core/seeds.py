@@ -487,7 +487,7 @@ def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarra
     vals = out[pend]
     while pend.size:
         for _ in range(16):  # several steps between compactions: fewer numpy calls
-            vals = flat[vals]
+            vals = flat.take(vals)
         done = (vals & 0xFFFF) < n
         out[pend[done]] = vals[done]
         keep = ~done

@@ -346,12 +346,14 @@ class _MixedIterator(DatasetIterator):
         self._served -= count  # what the latest call returned is still in self._read
 
     def _give_back(self) -> None:
-        """Moves the parents back over the elements read but not returned."""
+        """Moves the parents back over the elements read but not returned; reads by ``next()``
+        grow from one position again."""
         left = len(self._read) - self._served
         if left:
             mix_unread(self._parents, self._order, self._pos, left)
             self._pos -= left
             self._read = self._read[: self._served]
+            self._step = 1  # states taken often: read little ahead, give little back
 
     def get_state(self):
         self._give_back()
