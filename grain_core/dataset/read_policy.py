@@ -17,9 +17,11 @@ faster:
 * it measures reading ahead first (what the iterator did before this policy, so no pipeline
   starts slower), then on demand; if on demand was faster, reading ahead once more (its first
   window can include the threads' own start-up, such as opening files), then picks the faster;
-* it keeps that mode for ``FIRST_BACKOFF`` windows, then probes the other for one window and
-  switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles the windows
-  until the next probe (up to ``MAX_BACKOFF``), a switch resets them;
+* it keeps that mode for ``FIRST_BACKOFF`` times as long as the other mode's last stint took
+  (its window, with the chunks skipped and drained around it), then probes the other for one
+  window and switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles
+  that factor (up to ``MAX_BACKOFF``), a switch resets it. So probing costs at most a fifth of the
+  time, and less and less while the choice holds, however long each mode's windows take;
 * a window at less than ``DROP_FACTOR`` of the rate the current mode had when chosen (reads
   turned expensive, say) brings the next probe forward to now.
 
@@ -83,7 +85,8 @@ class ReadModePolicy:
         }
         self._chosen_rate = 0.0  # the current mode's rate when it was (last) chosen
         self._backoff = self.FIRST_BACKOFF
-        self._windows_left = 0
+        self._since_switch = 0.0  # seconds of all steps since the mode last changed (or was kept)
+        self._probe_seconds = 0.0  # how long the latest stint in the other mode took
         self._started = False
         self._reset_window(self.FIRST_SKIP_STEPS)
 
@@ -98,9 +101,11 @@ class ReadModePolicy:
         self._seconds = 0.0
 
     def _switch(self, read_ahead: bool) -> None:
-        skip = self.SKIP_STEPS if read_ahead != self.read_ahead else 0
+        changed = read_ahead != self.read_ahead
+        if changed:
+            self._since_switch = 0.0
         self.read_ahead = read_ahead
-        self._reset_window(skip)
+        self._reset_window(self.SKIP_STEPS if changed else 0)
 
     def start_reading_ahead(self) -> None:
         """Starts with reading ahead (the iterator was asked to read ahead at once); only before
@@ -111,6 +116,7 @@ class ReadModePolicy:
     def record(self, step: ReadStep) -> None:
         """Takes one measurement; may change :attr:`read_ahead`."""
         self._started = True
+        self._since_switch += max(step.seconds, 0.0)
         if step.read_ahead != self.read_ahead or step.elements <= 0:
             return
         if self._skip:
@@ -142,8 +148,8 @@ class ReadModePolicy:
                 self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
                 self._keep(kept, reset_backoff=False)
         else:  # "keep"
-            self._windows_left -= 1
-            if self._windows_left <= 0 or window < self.DROP_FACTOR * self._chosen_rate:
+            due = self._since_switch >= self._backoff * self._probe_seconds
+            if due or window < self.DROP_FACTOR * self._chosen_rate:
                 self.phase = "probe"
                 self._switch(not mode)
             else:
@@ -153,6 +159,7 @@ class ReadModePolicy:
         if reset_backoff:
             self._backoff = self.FIRST_BACKOFF
         self.phase = "keep"
-        self._windows_left = self._backoff
+        self._probe_seconds = self._since_switch  # the stint that just ended (explore or probe)
         self._chosen_rate = self.rate(mode)
         self._switch(mode)
+        self._since_switch = 0.0
