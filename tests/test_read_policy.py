@@ -95,6 +95,27 @@ def test_steps_of_the_other_mode_and_skipped_steps_do_not_count():
     assert p.rate(True) == pytest.approx(1000.0, rel=0.05)
 
 
+def test_unsettled_steps_are_not_measured_but_their_time_counts():
+    p = ReadModePolicy()
+    for _ in range(P.FIRST_SKIP_STEPS + 10 * P.MIN_STEPS):
+        p.record(ReadStep(True, 1, 1.0, settled=False))  # reading ahead, pool still filling
+    assert p.phase == "first" and p.rate(True) == 0.0
+    _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS)
+    assert p.phase == "second" and p.rate(True) == pytest.approx(1000.0, rel=0.05)
+
+
+def test_an_unsettled_pool_is_not_measured_by_the_iterator():
+    """The iterator marks steps read ahead as settled only once the pool has read a buffer's
+    worth since it (re)started."""
+    it = iter(grain.MapDataset.range(3000).to_iter_dataset(grain.ReadOptions(num_threads=2)))
+    policy = _scripted(it, SCRIPTS["flip every 3"])
+    assert list(it) == list(range(3000))
+    ahead = [s for s in policy.steps if s.read_ahead]
+    assert ahead and not all(s.settled for s in ahead)
+    assert all(s.settled for s in policy.steps if not s.read_ahead)
+    it.close()
+
+
 def test_a_window_needs_steps_and_seconds():
     q = ReadModePolicy()  # many steps, but together shorter than MIN_SECONDS: no window yet
     for _ in range(P.FIRST_SKIP_STEPS):

@@ -217,6 +217,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._chunk = 1  # elements of the next chunk read ahead by the pool
         self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
         self._step_from: float | None = None  # when the current chunk was made current
+        # where reading ahead (re)started: its steps are measured once a buffer's worth is read
+        self._ahead_from: int | None = None
         self._cold = True  # the next chunk (one element) is read by the caller
         self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
@@ -332,6 +334,8 @@ class PrefetchDatasetIterator(DatasetIterator):
             stop = min(self._len, start + self._chunk)
             if budget - in_flight < stop - start and self._buffer:
                 stop = start + max(1, budget - in_flight)  # the last chunk fills the budget exactly
+            if self._ahead_from is None:
+                self._ahead_from = start
             fut = self._submit(start, stop)
             self._buffer += ((start, stop, fut, True),)  # with the next line: no call between
             self._read_to = stop
@@ -399,7 +403,15 @@ class PrefetchDatasetIterator(DatasetIterator):
         now = time.perf_counter()
         last, self._step_from = self._step_from, now
         if last is not None and consumed:
-            self._policy.record(ReadStep(ahead, consumed, now - last))
+            # Reading ahead is measured once the pool has read a buffer's worth since it
+            # (re)started: before, the consumer waits for a pool still filling up.
+            settled = not ahead or (
+                self._ahead_from is not None
+                and start - self._ahead_from >= self._read_options.prefetch_buffer_size
+            )
+            self._policy.record(ReadStep(ahead, consumed, now - last, settled))
+        if not self._policy.read_ahead:
+            self._ahead_from = None
         if fut is None and self._cold:
             self._cold = False  # the pool starts at the next chunk, after this one is handed out
         elif self._policy.read_ahead:

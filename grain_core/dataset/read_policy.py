@@ -20,7 +20,7 @@ faster:
 * it keeps that mode for ``FIRST_BACKOFF`` times as long as the other mode's last stint took
   (its window, with the chunks skipped and drained around it), then probes the other for one
   window and switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles
-  that factor (up to ``MAX_BACKOFF``), a switch resets it. So probing costs at most a fifth of the
+  that factor (up to ``MAX_BACKOFF``), a switch resets it. So probing takes about a ninth of the
   time, and less and less while the choice holds, however long each mode's windows take;
 * a window at less than ``DROP_FACTOR`` of the rate the current mode had when chosen (reads
   turned expensive, say) brings the next probe forward to now.
@@ -33,8 +33,9 @@ A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS``
 ``EXPLORE_SECONDS`` while exploring at the start, so that short runs are not mostly spent
 measuring; a wrong first choice is corrected by the first probe). The first ``FIRST_SKIP_STEPS``
 steps (the pool ramping up) and the first ``SKIP_STEPS`` after a switch are not counted (the pool
-is still filling or draining), nor are steps of the other mode (chunks read ahead before the
-switch are consumed first).
+is still filling or draining), nor are steps not ``settled`` (reading ahead before the pool has
+read a buffer's worth since it started: the consumer is still waiting for a pool filling up) or
+steps of the other mode (chunks read ahead before the switch are consumed first).
 
 The policy has no clock: it sees only the measurements given to it, so tests drive it with
 made-up steps. The iterator keeps it in its private ``_policy`` attribute and uses only
@@ -54,11 +55,13 @@ import dataclasses
 class ReadStep:
     """One chunk made current: whether it was ``read_ahead`` (else read when asked for), and the
     ``elements`` (indices) the consumer went through in the ``seconds`` since the previous chunk
-    was made current."""
+    was made current; ``settled`` False while reading ahead has not yet filled its buffer once
+    since it (re)started (the step is not measured, its time counts as the mode's cost)."""
 
     read_ahead: bool
     elements: int
     seconds: float
+    settled: bool = True
 
 
 class ReadModePolicy:
@@ -72,7 +75,7 @@ class ReadModePolicy:
     SKIP_STEPS = 2
     HISTORY = 3
     SWITCH_MARGIN = 1.25
-    FIRST_BACKOFF = 4
+    FIRST_BACKOFF = 8
     MAX_BACKOFF = 256
     DROP_FACTOR = 0.5
 
@@ -117,7 +120,7 @@ class ReadModePolicy:
         """Takes one measurement; may change :attr:`read_ahead`."""
         self._started = True
         self._since_switch += max(step.seconds, 0.0)
-        if step.read_ahead != self.read_ahead or step.elements <= 0:
+        if step.read_ahead != self.read_ahead or step.elements <= 0 or not step.settled:
             return
         if self._skip:
             self._skip -= 1
