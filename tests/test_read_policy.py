@@ -210,11 +210,14 @@ def test_start_reading_ahead_only_before_any_step():
 
 
 class ScriptedPolicy:
-    """Reads ahead or not as ``script(step number)`` says; records the steps it is given."""
+    """Reads ahead or not as ``script(k)`` says, ``k`` counting the steps made in the mode chosen
+    at the time (chunks read ahead before a switch, still being consumed, do not count); records
+    every step it is given."""
 
     def __init__(self, script):
         self.script = script
         self.steps: list[ReadStep] = []
+        self._k = 0
         self.read_ahead = script(0)
 
     def start_reading_ahead(self) -> None:
@@ -222,7 +225,9 @@ class ScriptedPolicy:
 
     def record(self, step: ReadStep) -> None:
         self.steps.append(step)
-        self.read_ahead = self.script(len(self.steps))
+        if step.read_ahead == self.read_ahead:
+            self._k += 1
+            self.read_ahead = self.script(self._k)
 
 
 SCRIPTS = {

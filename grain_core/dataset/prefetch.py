@@ -217,8 +217,12 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._chunk = 1  # elements of the next chunk read ahead by the pool
         self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
         self._step_from: float | None = None  # when the current chunk was made current
-        # where reading ahead (re)started: its steps are measured once a buffer's worth is read
-        self._ahead_from: int | None = None
+        # Chunks read ahead from this index on are measured (None: not reading ahead now). When
+        # reading ahead restarts after reading on demand, only once the pool has read a buffer's
+        # worth: before, the consumer waits for a pool filling up. At a (re)start, at once: the
+        # policy's first skipped steps cover the ramp.
+        self._settle_at: int | None = None
+        self._restart_ahead = False  # read on demand since: reading ahead restarts with a ramp
         self._cold = True  # the next chunk (one element) is read by the caller
         self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
@@ -329,13 +333,16 @@ class PrefetchDatasetIterator(DatasetIterator):
                     self._buffer += ((start, stop, fut, False),)
                     self._read_to = stop
                 break
+            if self._settle_at is None:
+                self._settle_at = start
+                if self._restart_ahead:  # as after a (re)start: small chunks, a ramp
+                    self._chunk, self._ramp, self._restart_ahead = 1, 1, False
+                    self._settle_at = start + budget
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             stop = min(self._len, start + self._chunk)
             if budget - in_flight < stop - start and self._buffer:
                 stop = start + max(1, budget - in_flight)  # the last chunk fills the budget exactly
-            if self._ahead_from is None:
-                self._ahead_from = start
             fut = self._submit(start, stop)
             self._buffer += ((start, stop, fut, True),)  # with the next line: no call between
             self._read_to = stop
@@ -366,7 +373,7 @@ class PrefetchDatasetIterator(DatasetIterator):
                     # A slow element: hand out what can be read without waiting for it.
                     items, lazy = _LazyChunk(self._ds, start, stop, fut), True
                     seconds = done = 0.0
-            if not lazy:
+            if not lazy and ahead:  # on-demand chunks leave read-ahead's measurements alone
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
         except Exception:
@@ -403,15 +410,10 @@ class PrefetchDatasetIterator(DatasetIterator):
         now = time.perf_counter()
         last, self._step_from = self._step_from, now
         if last is not None and consumed:
-            # Reading ahead is measured once the pool has read a buffer's worth since it
-            # (re)started: before, the consumer waits for a pool still filling up.
-            settled = not ahead or (
-                self._ahead_from is not None
-                and start - self._ahead_from >= self._read_options.prefetch_buffer_size
-            )
+            settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
             self._policy.record(ReadStep(ahead, consumed, now - last, settled))
         if not self._policy.read_ahead:
-            self._ahead_from = None
+            self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:
             self._cold = False  # the pool starts at the next chunk, after this one is handed out
         elif self._policy.read_ahead:
