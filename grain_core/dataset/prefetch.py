@@ -217,10 +217,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._chunk = 1  # elements of the next chunk read ahead by the pool
         self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
         self._step_from: float | None = None  # when the current chunk was made current
-        # Chunks read ahead from this index on are measured (None: not reading ahead now). When
-        # reading ahead restarts after reading on demand, only once the pool has read a buffer's
-        # worth: before, the consumer waits for a pool filling up. At a (re)start, at once: the
-        # policy's first skipped steps cover the ramp.
+        # Chunks read ahead from this index on are measured (None: not reading ahead now): once
+        # the pool has read a buffer's worth since it started reading ahead (before, the consumer
+        # waits for a pool still filling up, whose threads may still be opening files).
         self._settle_at: int | None = None
         self._restart_ahead = False  # read on demand since: reading ahead restarts with a ramp
         self._cold = True  # the next chunk (one element) is read by the caller
@@ -334,10 +333,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                     self._read_to = stop
                 break
             if self._settle_at is None:
-                self._settle_at = start
+                self._settle_at = start + budget
                 if self._restart_ahead:  # as after a (re)start: small chunks, a ramp
                     self._chunk, self._ramp, self._restart_ahead = 1, 1, False
-                    self._settle_at = start + budget
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             stop = min(self._len, start + self._chunk)
