@@ -35,11 +35,12 @@ def _window(policy: ReadModePolicy, rate: float, *, skip: int = 0, step: float =
         policy.record(ReadStep(mode, round(rate * step), step))
 
 
-def _windows_until_switch(policy: ReadModePolicy, rate: float) -> int:
-    """Feeds windows at ``rate`` (the first after a switch back) until the policy switches."""
+def _windows_until_switch(policy: ReadModePolicy, rate: float, skip: int = P.SKIP_STEPS) -> int:
+    """Feeds windows at ``rate`` until the policy switches; the first after ``skip`` steps
+    (``SKIP_STEPS`` after the policy switched back, none when it kept the mode it had)."""
     mode, n = policy.read_ahead, 0
     while policy.read_ahead == mode:
-        _window(policy, rate, skip=P.SKIP_STEPS if n == 0 else 0)
+        _window(policy, rate, skip=skip if n == 0 else 0)
         n += 1
     return n
 
@@ -48,8 +49,6 @@ def _explored(ahead_rate: float, demand_rate: float) -> ReadModePolicy:
     p = ReadModePolicy()
     _window(p, ahead_rate, skip=P.FIRST_SKIP_STEPS)
     _window(p, demand_rate, skip=P.SKIP_STEPS)
-    if p.phase == "third":
-        _window(p, ahead_rate, skip=P.SKIP_STEPS)
     return p
 
 
@@ -64,22 +63,13 @@ def test_starts_reading_ahead_then_measures_on_demand():
     assert p.rate(True) == pytest.approx(1000.0, rel=0.05)
 
 
-def test_cheap_reads_choose_on_demand_after_a_second_look_at_reading_ahead():
-    p = ReadModePolicy()
-    _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS)
-    _window(p, 3000.0, skip=P.SKIP_STEPS)
-    assert p.read_ahead and p.phase == "third"  # reading ahead measured again, warm
-    _window(p, 1200.0, skip=P.SKIP_STEPS)
+def test_cheap_reads_choose_on_demand():
+    p = _explored(1000.0, 3000.0)
     assert not p.read_ahead and p.phase == "keep"
 
 
-def test_reading_ahead_chosen_when_faster_at_once_or_once_warm():
+def test_reading_ahead_chosen_when_faster():
     p = _explored(5000.0, 1000.0)
-    assert p.read_ahead and p.phase == "keep"
-    p = ReadModePolicy()
-    _window(p, 500.0, skip=P.FIRST_SKIP_STEPS)  # start-up (opening files ...) in the window
-    _window(p, 1000.0, skip=P.SKIP_STEPS)
-    _window(p, 5000.0, skip=P.SKIP_STEPS)
     assert p.read_ahead and p.phase == "keep"
 
 
@@ -139,8 +129,8 @@ def test_probes_back_off_and_switch_only_by_a_margin():
     windows_to_probe = []
     # The other mode is never faster: probes come after 4, 8, 16, 32 times the probe's time
     # (here: windows, all as long as a probe's window).
-    for _ in range(4):
-        windows_to_probe.append(_windows_until_switch(p, 3000.0))
+    for k in range(4):
+        windows_to_probe.append(_windows_until_switch(p, 3000.0, skip=P.SKIP_STEPS if k else 0))
         _window(p, 3000.0 * P.SWITCH_MARGIN * 0.95, skip=P.SKIP_STEPS)  # not by the margin
         assert not p.read_ahead and p.phase == "keep"
     assert windows_to_probe == [P.FIRST_BACKOFF * 2**k for k in range(4)]
@@ -158,28 +148,23 @@ def test_probing_costs_a_share_of_the_time_however_long_windows_take():
     """A probe whose window takes 4x as long as the kept mode's (bigger chunks, say) is followed
     by 4x as many kept windows: the share of time spent probing does not depend on window sizes."""
     p = ReadModePolicy()
-    _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS)
+    _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS, step=4 * STEP)
     _window(p, 3000.0, skip=P.SKIP_STEPS)
-    _window(p, 1000.0, skip=P.SKIP_STEPS, step=4 * STEP)
     assert not p.read_ahead and p.phase == "keep"
-    n = 0
-    while not p.read_ahead:
-        _window(p, 3000.0, skip=P.SKIP_STEPS if n == 0 else 0)
-        n += 1
-    assert n == 4 * P.FIRST_BACKOFF
+    assert _windows_until_switch(p, 3000.0, skip=0) == 4 * P.FIRST_BACKOFF
 
 
 def test_backoff_is_capped():
     p = _explored(1000.0, 3000.0)
-    for _ in range(12):
-        n = _windows_until_switch(p, 3000.0)
+    for k in range(12):
+        n = _windows_until_switch(p, 3000.0, skip=P.SKIP_STEPS if k else 0)
         _window(p, 1000.0, skip=P.SKIP_STEPS)
     assert n == P.MAX_BACKOFF
 
 
 def test_a_sharp_drop_probes_at_once():
     p = _explored(1000.0, 3000.0)
-    _window(p, 3000.0, skip=P.SKIP_STEPS)
+    _window(p, 3000.0)
     assert not p.read_ahead
     _window(p, 3000.0 * P.DROP_FACTOR * 0.9)  # reads turned expensive
     assert p.read_ahead and p.phase == "probe"
@@ -189,7 +174,7 @@ def test_a_sharp_drop_probes_at_once():
 
 def test_one_slowed_window_does_not_make_it_switch():
     p = _explored(1000.0, 3000.0)
-    _window(p, 3000.0, skip=P.SKIP_STEPS)
+    _window(p, 3000.0)
     _window(p, 300.0)  # the machine was busy for a moment: probe at once ...
     assert p.read_ahead
     _window(p, 1200.0, skip=P.SKIP_STEPS)  # ... against the best recent window, not the slow one

@@ -15,8 +15,7 @@ contention shows). The policy compares the two modes' rates over windows of step
 faster:
 
 * it measures reading ahead first (what the iterator did before this policy, so no pipeline
-  starts slower), then on demand; if on demand was faster, reading ahead once more (its first
-  window can include the threads' own start-up, such as opening files), then picks the faster;
+  starts slower), then on demand, and picks the faster;
 * it keeps that mode for ``FIRST_BACKOFF`` times as long as the other mode's last stint took
   (its window, with the chunks skipped and drained around it), then probes the other for one
   window and switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles
@@ -81,7 +80,7 @@ class ReadModePolicy:
 
     def __init__(self, read_ahead: bool = True):
         self.read_ahead = read_ahead
-        self.phase = "first"  # "first", "second", "third" (exploring), "keep", "probe"
+        self.phase = "first"  # "first", "second" (exploring), "keep", "probe"
         # elements/s of each mode's last windows, newest last
         self.windows: dict[bool, collections.deque[float]] = {
             m: collections.deque(maxlen=self.HISTORY) for m in (True, False)
@@ -90,6 +89,7 @@ class ReadModePolicy:
         self._backoff = self.FIRST_BACKOFF
         self._since_switch = 0.0  # seconds of all steps since the mode last changed (or was kept)
         self._probe_seconds = 0.0  # how long the latest stint in the other mode took
+        self._first_stint = 0.0  # how long the first mode was measured at the start
         self._started = False
         self._reset_window(self.FIRST_SKIP_STEPS)
 
@@ -128,7 +128,7 @@ class ReadModePolicy:
         self._steps += 1
         self._elements += step.elements
         self._seconds += max(step.seconds, 0.0)
-        exploring = self.phase in ("first", "second", "third")
+        exploring = self.phase in ("first", "second")
         min_seconds = self.EXPLORE_SECONDS if exploring else self.MIN_SECONDS
         if self._steps < self.MIN_STEPS or self._seconds < min_seconds:
             return
@@ -137,19 +137,20 @@ class ReadModePolicy:
         self.windows[mode].append(window)
         if self.phase == "first":
             self.phase = "second"
+            self._first_stint = self._since_switch
             self._switch(not mode)
-        elif self.phase == "second" and self.rate(mode) > self.rate(not mode):
-            self.phase = "third"
-            self._switch(not mode)
-        elif self.phase in ("second", "third"):
-            self._keep(max((True, False), key=self.rate), reset_backoff=True)
+        elif self.phase == "second":
+            best = max((True, False), key=self.rate)
+            # the next probe is of the other mode: it will take about as long as its stint did
+            cost = self._first_stint if best == mode else self._since_switch
+            self._keep(best, reset_backoff=True, cost=cost)
         elif self.phase == "probe":
-            kept = not mode
+            kept, cost = not mode, self._since_switch
             if window > self.SWITCH_MARGIN * self.rate(kept):
-                self._keep(mode, reset_backoff=True)
+                self._keep(mode, reset_backoff=True, cost=cost)
             else:
                 self._backoff = min(2 * self._backoff, self.MAX_BACKOFF)
-                self._keep(kept, reset_backoff=False)
+                self._keep(kept, reset_backoff=False, cost=cost)
         else:  # "keep"
             due = self._since_switch >= self._backoff * self._probe_seconds
             if due or window < self.DROP_FACTOR * self._chosen_rate:
@@ -158,11 +159,11 @@ class ReadModePolicy:
             else:
                 self._reset_window()
 
-    def _keep(self, mode: bool, *, reset_backoff: bool) -> None:
+    def _keep(self, mode: bool, *, reset_backoff: bool, cost: float) -> None:
         if reset_backoff:
             self._backoff = self.FIRST_BACKOFF
         self.phase = "keep"
-        self._probe_seconds = self._since_switch  # the stint that just ended (explore or probe)
+        self._probe_seconds = cost
         self._chosen_rate = self.rate(mode)
         self._switch(mode)
         self._since_switch = 0.0
