@@ -15,7 +15,8 @@ contention shows). The policy compares the two modes' rates over windows of step
 faster:
 
 * it measures reading ahead first (what the iterator did before this policy, so no pipeline
-  starts slower), then on demand, and picks the faster;
+  starts slower) for ``FIRST_WINDOWS`` windows, then on demand for one, and keeps reading ahead
+  unless on demand was faster by ``SWITCH_MARGIN``;
 * it keeps that mode for ``FIRST_BACKOFF`` times as long as the other mode's last stint took
   (its window, with the chunks skipped and drained around it), then probes the other for one
   window and switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles
@@ -73,6 +74,7 @@ class ReadModePolicy:
     FIRST_SKIP_STEPS = 4
     SKIP_STEPS = 2
     HISTORY = 3
+    FIRST_WINDOWS = 3
     SWITCH_MARGIN = 1.25
     FIRST_BACKOFF = 8
     MAX_BACKOFF = 256
@@ -136,11 +138,17 @@ class ReadModePolicy:
         mode = self.read_ahead
         self.windows[mode].append(window)
         if self.phase == "first":
+            if len(self.windows[mode]) < self.FIRST_WINDOWS:
+                self._reset_window()
+                return
             self.phase = "second"
             self._first_stint = self._since_switch
             self._switch(not mode)
         elif self.phase == "second":
-            best = max((True, False), key=self.rate)
+            # the first mode (reading ahead: no pipeline starts slower than before this policy)
+            # stays unless the second is faster by the margin
+            first = not mode
+            best = mode if self.rate(mode) > self.SWITCH_MARGIN * self.rate(first) else first
             # the next probe is of the other mode: it will take about as long as its stint did
             cost = self._first_stint if best == mode else self._since_switch
             self._keep(best, reset_backoff=True, cost=cost)
