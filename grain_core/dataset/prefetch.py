@@ -18,8 +18,9 @@ demand*: one pool thread reads it while the consumer waits, sized as synchronous
 the buffer) is chosen by measuring both, end to end (``read_policy.ReadModePolicy``): reading
 ahead wins when reads release the GIL (I/O, ArrayRecord) or the consumer does; on demand wins when
 reads are cheap Python work that threads reading ahead would only slow down by contending for the
-GIL. Chunks read ahead before a switch to on demand are consumed first. The choice changes who
-reads when, never which elements come out, in what order, or the state.
+GIL. Chunks read ahead before a switch to on demand are consumed first; reading ahead restarts
+as after a (re)start (small chunks, the ramp below). The choice changes who reads when, never
+which elements come out, in what order, or the state.
 
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
 caller reads the first element itself (it waits for it anyway), then chunks go to the threads with
