@@ -26,12 +26,15 @@ STEP = 1 / 64  # seconds per made-up step
 
 def _window(policy: ReadModePolicy, rate: float, *, skip: int = 0, step: float = STEP) -> None:
     """Feeds ``skip`` steps to be skipped, then one window of the current mode at about ``rate``
-    elements/s: ``MIN_STEPS`` steps of ``STEP`` seconds (binary fractions, so sums are exact)."""
-    assert P.MIN_STEPS * step >= P.MIN_SECONDS
+    elements/s: ``MIN_STEPS`` (``EXPLORE_STEPS`` while exploring) steps of ``step`` seconds
+    (binary fractions, so sums are exact)."""
+    exploring = policy.phase in ("first", "second")
+    steps = P.EXPLORE_STEPS if exploring else P.MIN_STEPS
+    assert steps * step >= (P.EXPLORE_SECONDS if exploring else P.MIN_SECONDS)
     mode = policy.read_ahead
     for _ in range(skip):
         policy.record(ReadStep(mode, 10**6, 0.0))  # absurdly fast: counted, it would show
-    for _ in range(P.MIN_STEPS):
+    for _ in range(steps):
         policy.record(ReadStep(mode, round(rate * step), step))
 
 
@@ -125,10 +128,10 @@ def test_a_window_needs_steps_and_seconds():
         q.record(ReadStep(True, 10, P.MIN_SECONDS / (100 * P.MIN_STEPS)))
     assert q.phase == "first"
     assert not q.windows[True]
-    r = ReadModePolicy()  # long steps, but fewer than MIN_STEPS: no window yet
+    r = ReadModePolicy()  # long steps, but fewer than EXPLORE_STEPS: no window yet
     for _ in range(P.FIRST_SKIP_STEPS):
         r.record(ReadStep(True, 1, 0.0))
-    for _ in range(P.MIN_STEPS - 1):
+    for _ in range(P.EXPLORE_STEPS - 1):
         r.record(ReadStep(True, 10, 10 * P.MIN_SECONDS))
     assert not r.windows[True]
     r.record(ReadStep(True, 10, 10 * P.MIN_SECONDS))
@@ -145,7 +148,7 @@ def test_probes_back_off_and_switch_only_by_a_margin():
         windows_to_probe.append(_windows_until_switch(p, 3000.0, skip=P.SKIP_STEPS if k else 0))
         _window(p, 3000.0 * P.SWITCH_MARGIN * 0.95, skip=P.SKIP_STEPS)  # not by the margin
         assert not p.read_ahead and p.phase == "keep"
-    first = P.FIRST_WINDOWS * P.FIRST_BACKOFF
+    first = P.FIRST_WINDOWS * P.FIRST_BACKOFF * P.EXPLORE_STEPS // P.MIN_STEPS
     assert windows_to_probe == [first] + [P.FIRST_BACKOFF * 2**k for k in range(1, 4)]
     _windows_until_switch(p, 3000.0)
     _window(p, 3000.0 * P.SWITCH_MARGIN * 1.05, skip=P.SKIP_STEPS)
@@ -165,7 +168,9 @@ def test_probing_costs_a_share_of_the_time_however_long_windows_take():
     _first_windows(p, 1000.0, step=4 * STEP)
     _window(p, 3000.0, skip=P.SKIP_STEPS)
     assert not p.read_ahead and p.phase == "keep"
-    assert _windows_until_switch(p, 3000.0, skip=0) == P.FIRST_WINDOWS * 4 * P.FIRST_BACKOFF
+    # (exploring windows have EXPLORE_STEPS steps, kept ones MIN_STEPS)
+    expected = P.FIRST_WINDOWS * 4 * P.FIRST_BACKOFF * P.EXPLORE_STEPS // P.MIN_STEPS
+    assert _windows_until_switch(p, 3000.0, skip=0) == expected
 
 
 def test_backoff_is_capped():

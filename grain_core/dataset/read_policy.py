@@ -30,8 +30,8 @@ probe has its one window): on a shared machine a window is only ever slowed down
 one slowed window should not make the policy switch.
 
 A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS`` (only
-``EXPLORE_SECONDS`` while exploring at the start, so that short runs are not mostly spent
-measuring; a wrong first choice is corrected by the first probe). The first ``FIRST_SKIP_STEPS``
+``EXPLORE_STEPS`` and ``EXPLORE_SECONDS`` while exploring at the start, so that short runs are
+not mostly spent measuring; a wrong first choice is corrected by the first probe). The first ``FIRST_SKIP_STEPS``
 steps (the pool ramping up) and the first ``SKIP_STEPS`` after a switch are not counted (the pool
 is still filling or draining), nor are steps not ``settled`` (reading ahead before the pool has
 read a buffer's worth since it started: the consumer is still waiting for a pool filling up) or
@@ -71,6 +71,7 @@ class ReadModePolicy:
     MIN_STEPS = 4
     MIN_SECONDS = 0.03
     EXPLORE_SECONDS = 0.01
+    EXPLORE_STEPS = 2
     FIRST_SKIP_STEPS = 4
     SKIP_STEPS = 2
     HISTORY = 3
@@ -132,7 +133,8 @@ class ReadModePolicy:
         self._seconds += max(step.seconds, 0.0)
         exploring = self.phase in ("first", "second")
         min_seconds = self.EXPLORE_SECONDS if exploring else self.MIN_SECONDS
-        if self._steps < self.MIN_STEPS or self._seconds < min_seconds:
+        min_steps = self.EXPLORE_STEPS if exploring else self.MIN_STEPS
+        if self._steps < min_steps or self._seconds < min_seconds:
             return
         window = self._elements / self._seconds
         mode = self.read_ahead
