@@ -362,6 +362,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut, ahead = self._buffer[0]
         items: Any
         lazy = False
+        # The pool's chunk size learns from chunks read ahead and from the first chunk of a
+        # (re)start (read by the caller); chunks read on demand leave it alone.
+        sizes_pool = ahead or (fut is None and self._cold and not self._sync)
         try:
             if fut is None:
                 items, seconds, done = self._read_chunk(start, stop)
@@ -372,7 +375,7 @@ class PrefetchDatasetIterator(DatasetIterator):
                     # A slow element: hand out what can be read without waiting for it.
                     items, lazy = _LazyChunk(self._ds, start, stop, fut), True
                     seconds = done = 0.0
-            if not lazy and ahead:  # on-demand chunks leave read-ahead's measurements alone
+            if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
         except Exception:
@@ -383,9 +386,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not lazy:
             if items:
                 self._elem_bytes = _nbytes(items[0]) or self._elem_bytes
-            if ahead:
+            if sizes_pool:
                 self._adapt(seconds, pool_seconds)
-            else:
+            if not ahead:
                 self._adapt_sync(seconds)
             if not self._allow_nones:
                 dropped = sum(map(operator.is_, items, itertools.repeat(None)))
