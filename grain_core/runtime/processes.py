@@ -7,7 +7,13 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   :meth:`WorkerEnvironment.apply <grain_core.runtime.api.WorkerEnvironment.apply>`. Helper
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
-* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Elements` travel
+* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Consumed` counts
+  (the flow-control credits) and the consumer's "copied out" counts take a second, one-way pipe
+  per worker instead, as fixed 16-byte records written with one ``os.write`` each (see
+  :class:`_CreditRecord`): the consumer's own thread writes a credit the moment ``next()`` hands an
+  element out, with no hop through its I/O thread, and a record is never torn (a pipe write of at
+  most ``PIPE_BUF`` bytes is atomic), so ``Ctrl-C`` cannot break the framing and two threads may
+  write. :class:`~grain_core.runtime.api.Elements` travel
   as one pickle of the element list per message (not one per element), with their numpy buffers
   in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
   consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
@@ -30,6 +36,7 @@ import os
 import pickle
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -72,10 +79,23 @@ class _ShmElements:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Released:
-    """Consumer -> worker: the consumer has copied out ``messages`` element messages (absolute)."""
+class _CreditRecord:
+    """Consumer -> worker on the credit pipe, packed as two little-endian int64 (16 bytes, one
+    ``os.write``): ``(generation, elements)`` is :class:`api.Consumed`; ``(-1, messages)`` says the
+    consumer has copied out ``messages`` element messages (absolute), so their segments are free."""
 
-    messages: int
+    generation: int
+    count: int
+
+    FORMAT = struct.Struct("<qq")
+    RELEASED = -1
+
+    def pack(self) -> bytes:
+        return self.FORMAT.pack(self.generation, self.count)
+
+
+_RECORD_SIZE = _CreditRecord.FORMAT.size
+_READ_RECORDS = _RECORD_SIZE * 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +103,7 @@ class _Boot:
     """The one argument of a worker process."""
 
     conn: Any
+    credits: Any  # the read end of the credit pipe (a one-way Connection; read as a raw fd)
     index: int
     job: api.WorkerJob
     prefix: str
@@ -124,6 +145,11 @@ class _WorkerEndpoint:
         self.sent_messages = 0
         self.lock = threading.Lock()
         self.consumer_pid = boot.consumer_pid
+        self.conn_fd = boot.conn.fileno()
+        self.credit_fd = boot.credits.fileno()
+        os.set_blocking(self.credit_fd, False)
+        self.credits_in: collections.deque[api.Consumed] = collections.deque()
+        self.partial = b""
 
     def send(self, message: Any) -> None:
         # Called by the worker loop's thread and its flusher thread: one at a time.
@@ -151,24 +177,50 @@ class _WorkerEndpoint:
         )
 
     def receive(self, timeout: float | None) -> Any:
+        if self.credits_in:
+            return self.credits_in.popleft()
         conn = self.conn
+        fds = [self.conn_fd, self.credit_fd]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            if conn.poll(min(left, 0.5)):
-                msg = conn.recv()
-                if isinstance(msg, _Released):
-                    if self.writer is not None:
-                        with self.lock:
-                            while self.released < msg.messages:
-                                self.writer.release_oldest()
-                                self.released += 1
-                    continue
-                return msg
+            ready, _, _ = select.select(fds, [], [], min(left, 0.5))
+            if self.credit_fd in ready:
+                self._read_credits()
+            if self.conn_fd in ready:
+                return conn.recv()
+            if self.credits_in:
+                return self.credits_in.popleft()
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             if not _alive(self.consumer_pid):
                 raise EOFError("the consumer is gone")
+
+    def _read_credits(self) -> None:
+        """Applies the released counts on the credit pipe and queues its latest credit."""
+        try:
+            data = os.read(self.credit_fd, _READ_RECORDS)
+        except BlockingIOError:
+            return
+        if not data:
+            raise EOFError("the consumer is gone")
+        data = self.partial + data
+        end = len(data) - len(data) % _RECORD_SIZE
+        self.partial = data[end:]  # never a torn record (atomic writes); kept for safety
+        released = -1
+        latest: api.Consumed | None = None
+        for generation, count in _CreditRecord.FORMAT.iter_unpack(data[:end]):
+            if generation == _CreditRecord.RELEASED:
+                released = max(released, count)
+            elif latest is None or (generation, count) >= (latest.generation, latest.elements):
+                latest = api.Consumed(generation, count)
+        if released > self.released and self.writer is not None:
+            with self.lock:
+                while self.released < released:
+                    self.writer.release_oldest()
+                    self.released += 1
+        if latest is not None:
+            self.credits_in.append(latest)
 
     def close(self) -> None:
         if self.writer is not None:
@@ -255,10 +307,11 @@ def _worker_main(boot: _Boot) -> None:
     finally:
         endpoint.close()
         shm.sweep(boot.prefix)
-        try:
-            boot.conn.close()
-        except Exception:
-            pass
+        for c in (boot.conn, boot.credits):
+            try:
+                c.close()
+            except Exception:
+                pass
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,25 +321,45 @@ def _worker_main(boot: _Boot) -> None:
 
 class _ProcessChannel:
     """The consumer's end of one worker: an inbox filled by the pool's I/O thread, an outbox the
-    I/O thread sends from (``Consumed`` counts coalesced: only the latest is sent)."""
+    I/O thread sends from, and the credit pipe. A ``Consumed`` count is written to the credit pipe
+    by the calling thread itself (one atomic ``os.write``); only when the pipe is full (the worker
+    has not read for thousands of records) is it left to the I/O thread, which retries the latest
+    count until it fits."""
 
-    def __init__(self, pool: ProcessPool, proc: Any, conn: Any):
+    def __init__(self, pool: ProcessPool, proc: Any, conn: Any, credits: Any):
         self._pool = pool
         self.proc = proc
         self.conn = conn
+        self.credits = credits  # the write end of the credit pipe (a one-way Connection)
+        self.credit_fd = credits.fileno()
+        os.set_blocking(self.credit_fd, False)
         self.inbox: collections.deque[Any] = collections.deque()
         self.outbox: collections.deque[Any] = collections.deque()
-        self.latest_consumed: api.Consumed | None = None
-        self.sent_consumed: api.Consumed | None = None
+        self.unsent_credit: api.Consumed | None = None  # left to the I/O thread (pipe was full)
         self.read_messages = 0
+        self.released_unsent = False  # a released count the I/O thread still has to write
         self.lost: str | None = None  # how the worker was lost
 
     def send(self, message: Any) -> None:
         if isinstance(message, api.Consumed):
-            self.latest_consumed = message
-        else:
-            self.outbox.append(message)
+            # Any older unsent count is superseded: counts are absolute.
+            self.unsent_credit = None
+            if not self.write_record(_CreditRecord(message.generation, message.elements)):
+                self.unsent_credit = message
+                self._pool.wake()
+            return
+        self.outbox.append(message)
         self._pool.wake()
+
+    def write_record(self, record: _CreditRecord) -> bool:
+        """Writes one record to the credit pipe; False when the pipe is full (nothing written)."""
+        try:
+            os.write(self.credit_fd, record.pack())
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass  # the worker is gone: its sentinel says so
+        return True
 
     def peek(self, timeout: float) -> Any:
         # No lock is taken here: an exception raised into the caller (Ctrl-C) at any point leaves
@@ -337,8 +410,16 @@ class ProcessPool:
         try:
             for i in range(job.worker_count):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
+                credit_r, credit_w = ctx.Pipe(duplex=False)
                 boot = _Boot(
-                    child_conn, i, job, f"{self.prefix}w{i}", os.getpid(), use_shm, min_free
+                    child_conn,
+                    credit_r,
+                    i,
+                    job,
+                    f"{self.prefix}w{i}",
+                    os.getpid(),
+                    use_shm,
+                    min_free,
                 )
                 proc = ctx.Process(
                     target=_worker_main,
@@ -349,7 +430,8 @@ class ProcessPool:
                 with _worker_start():
                     proc.start()
                 child_conn.close()
-                self.channels.append(_ProcessChannel(self, proc, parent_conn))
+                credit_r.close()
+                self.channels.append(_ProcessChannel(self, proc, parent_conn, credit_w))
             self._thread = threading.Thread(
                 target=self._io_loop, name="grain_core-mp-io", daemon=True
             )
@@ -440,15 +522,23 @@ class ProcessPool:
         for ch in self.channels:
             if ch.lost is not None:
                 continue
-            latest = ch.latest_consumed  # read before the outbox: see _ProcessChannel.send
             try:
                 while ch.outbox:
                     ch.conn.send(ch.outbox.popleft())
-                if latest is not None and latest is not ch.sent_consumed:
-                    ch.conn.send(latest)
-                    ch.sent_consumed = latest
             except (OSError, EOFError):
                 pass  # the worker is gone: its sentinel says so
+            credit = ch.unsent_credit  # read once: the consumer's thread may replace it
+            if credit is not None:
+                if ch.write_record(_CreditRecord(credit.generation, credit.elements)):
+                    if ch.unsent_credit is credit:
+                        ch.unsent_credit = None
+            if ch.released_unsent:
+                self._release(ch)
+
+    def _release(self, ch: _ProcessChannel) -> None:
+        ch.released_unsent = not ch.write_record(
+            _CreditRecord(_CreditRecord.RELEASED, ch.read_messages)
+        )
 
     def _drain(self, ch: _ProcessChannel) -> bool:
         """Reads what a dead worker left in its pipe; True when something was read."""
@@ -481,10 +571,7 @@ class ProcessPool:
             else:
                 msg_out = api.Elements(msg.seq, msg.generation, msg.state, msg.skip, elements)
             ch.read_messages += 1
-            try:
-                ch.conn.send(_Released(ch.read_messages))
-            except (OSError, EOFError):
-                pass
+            self._release(ch)
             if msg.fallback is not None:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out
@@ -528,10 +615,11 @@ class ProcessPool:
             except Exception:
                 pass
         for ch in self.channels:
-            try:
-                ch.conn.close()
-            except Exception:
-                pass
+            for c in (ch.conn, ch.credits):
+                try:
+                    c.close()
+                except Exception:
+                    pass
         deadline = time.monotonic() + _STOP_GRACE_SECONDS
         for ch in self.channels:
             try:
