@@ -337,14 +337,20 @@ class _ProcessChannel:
         self.outbox: collections.deque[Any] = collections.deque()
         self.unsent_credit: api.Consumed | None = None  # left to the I/O thread (pipe was full)
         self.read_messages = 0
-        self.released_unsent = False  # a released count the I/O thread still has to write
+        self.released_sent = 0
         self.lost: str | None = None  # how the worker was lost
 
     def send(self, message: Any) -> None:
         if isinstance(message, api.Consumed):
             # Any older unsent count is superseded: counts are absolute.
             self.unsent_credit = None
-            if not self.write_record(_CreditRecord(message.generation, message.elements)):
+            data = _CreditRecord(message.generation, message.elements).pack()
+            read = self.read_messages
+            if read > self.released_sent:
+                data += _CreditRecord(_CreditRecord.RELEASED, read).pack()
+            if self.write_bytes(data):
+                self.released_sent = max(self.released_sent, read)
+            else:
                 self.unsent_credit = message
                 self._pool.wake()
             return
@@ -353,8 +359,11 @@ class _ProcessChannel:
 
     def write_record(self, record: _CreditRecord) -> bool:
         """Writes one record to the credit pipe; False when the pipe is full (nothing written)."""
+        return self.write_bytes(record.pack())
+
+    def write_bytes(self, data: bytes) -> bool:
         try:
-            os.write(self.credit_fd, record.pack())
+            os.write(self.credit_fd, data)
         except BlockingIOError:
             return False
         except OSError:
@@ -532,13 +541,10 @@ class ProcessPool:
                 if ch.write_record(_CreditRecord(credit.generation, credit.elements)):
                     if ch.unsent_credit is credit:
                         ch.unsent_credit = None
-            if ch.released_unsent:
-                self._release(ch)
-
-    def _release(self, ch: _ProcessChannel) -> None:
-        ch.released_unsent = not ch.write_record(
-            _CreditRecord(_CreditRecord.RELEASED, ch.read_messages)
-        )
+            read = ch.read_messages
+            if read > ch.released_sent and not ch.inbox:
+                if ch.write_record(_CreditRecord(_CreditRecord.RELEASED, read)):
+                    ch.released_sent = max(ch.released_sent, read)
 
     def _drain(self, ch: _ProcessChannel) -> bool:
         """Reads what a dead worker left in its pipe; True when something was read."""
@@ -571,7 +577,6 @@ class ProcessPool:
             else:
                 msg_out = api.Elements(msg.seq, msg.generation, msg.state, msg.skip, elements)
             ch.read_messages += 1
-            self._release(ch)
             if msg.fallback is not None:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out
