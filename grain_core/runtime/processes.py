@@ -42,7 +42,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from multiprocessing.connection import wait
 from typing import Any
 
 from grain_core.runtime import api, shm
@@ -376,7 +375,7 @@ class _ProcessChannel:
         if self.inbox:
             return self.inbox[0]
         if self.lost is None:
-            self._pool.wait_ready(timeout)
+            self._pool.wait_ready(self, timeout)
         if self.inbox:
             return self.inbox[0]
         if self.lost is not None:
@@ -401,6 +400,7 @@ class ProcessPool:
         os.set_blocking(self._wake_w, False)
         self._wake_pending = False
         self._ready_r, self._ready_w = os.pipe()  # I/O thread -> consumer: a message arrived
+        self._consumer_waiting = False
         os.set_blocking(self._ready_r, False)
         os.set_blocking(self._ready_w, False)
         self._warned = False
@@ -474,41 +474,58 @@ class ProcessPool:
         except (BlockingIOError, OSError):
             pass
 
-    def _signal_ready(self) -> None:
+    def _signal_ready(self, always: bool = True) -> None:
+        if not always and not self._consumer_waiting:
+            return  # the consumer looks at its inbox before it waits (see wait_ready)
         try:
             os.write(self._ready_w, b"\0")
         except (BlockingIOError, OSError):
             pass
 
-    def wait_ready(self, timeout: float) -> None:
-        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel)."""
+    def wait_ready(self, ch: _ProcessChannel, timeout: float) -> None:
+        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel),
+        unless ``ch`` has one. The flag is raised before ``ch`` is looked at and the I/O thread
+        appends before it reads the flag, so a message is either seen here or signalled."""
+        self._consumer_waiting = True
         try:
+            if ch.inbox or ch.lost is not None:
+                return
             r, _, _ = select.select([self._ready_r], [], [], timeout)
             if r:
                 os.read(self._ready_r, 65536)
         except (BlockingIOError, OSError, ValueError):
             pass
+        finally:
+            self._consumer_waiting = False
 
     # --- the I/O thread ----------------------------------------------------------------------------
 
     def _io_loop(self) -> None:
-        by_conn = {c.conn: c for c in self.channels}
-        by_sentinel = {c.proc.sentinel: c for c in self.channels}
+        # One poll object for the thread's life (a selector built per wait cost more than the
+        # read it waited for); a lost worker's descriptors are unregistered.
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        by_fd: dict[int, tuple[bool, _ProcessChannel]] = {}  # fd -> (is the pipe, channel)
+        for c in self.channels:
+            for fd, is_pipe in ((c.conn.fileno(), True), (c.proc.sentinel, False)):
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = (is_pipe, c)
         while not self._closed:
             self._flush()
-            waitables = [self._wake_r]
-            waitables += [c.conn for c in self.channels if c.lost is None]
-            waitables += [c.proc.sentinel for c in self.channels if c.lost is None]
+            for fd, (_, c) in list(by_fd.items()):
+                if c.lost is not None:
+                    poller.unregister(fd)
+                    del by_fd[fd]
             try:
-                ready = wait(waitables, timeout=0.2)
+                ready = poller.poll(200)
             except OSError:
                 if self._closed:
                     return
                 raise
             if self._closed:
                 return
-            for r in ready:
-                if r == self._wake_r:
+            for fd, _ in ready:
+                if fd == self._wake_r:
                     try:
                         os.read(self._wake_r, 4096)
                     except OSError:
@@ -520,12 +537,14 @@ class ProcessPool:
                     # wake() after it was skipped until another event woke this thread.)
                     self._wake_pending = False
                     self._flush()
-                elif r in by_conn:
-                    self._read(by_conn[r])
-                elif r in by_sentinel:
-                    ch = by_sentinel[r]
-                    if ch.lost is None and not self._drain(ch):
-                        self._lose(ch)
+                    continue
+                is_pipe, ch = by_fd.get(fd, (False, None))
+                if ch is None or ch.lost is not None:
+                    continue
+                if is_pipe:
+                    self._read(ch)
+                elif not self._drain(ch):
+                    self._lose(ch)
 
     def _flush(self) -> None:
         for ch in self.channels:
@@ -581,7 +600,7 @@ class ProcessPool:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out
         ch.inbox.append(msg)
-        self._signal_ready()
+        self._signal_ready(always=False)
 
     def _lose(self, ch: _ProcessChannel) -> None:
         proc = ch.proc
