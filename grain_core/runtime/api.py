@@ -26,8 +26,11 @@ absolute counts), so a transport may deliver one twice, and a consumer interrupt
 any exception raised into ``next()``) re-sends it. Every message from a worker carries ``seq``, its
 number in that worker's stream, so the consumer applies each one once.
 
-Flow control counts elements: a worker has at most ``buffer_size`` elements produced and not yet
-returned by the consumer's ``next()`` (``MultiprocessingOptions.per_worker_buffer_size``).
+Flow control counts elements: a worker has at most ``buffer_size + 1`` elements produced (or being
+produced) and not yet returned by the consumer's ``next()``: ``buffer_size``
+(``MultiprocessingOptions.per_worker_buffer_size``) finished ones plus the one in production, which
+is sent as soon as it is finished. The consumer sends a :class:`Consumed` count (a credit) from
+``next()`` as it hands elements out.
 """
 
 from __future__ import annotations
@@ -337,7 +340,11 @@ class Channel(Protocol):
     """The consumer's end of one worker's transport. The consumer calls it from one thread."""
 
     def send(self, message: ToWorker) -> None:
-        """Delivers ``message`` to the worker, in order (it may be delivered twice)."""
+        """Delivers ``message`` to the worker, in order (it may be delivered twice). A
+        :class:`Consumed` may overtake earlier messages (the process runtime sends it on a pipe
+        of its own): it is absolute, a worker applies only those of its current generation, and
+        one of a new generation is only ever sent after the worker answered that generation's
+        :class:`Start`."""
 
     def peek(self, timeout: float) -> FromWorker | None:
         """The oldest message not yet dropped, without removing it; None when none came within
@@ -403,7 +410,8 @@ class WorkerLoop:
     :data:`MAX_MESSAGE_BYTES` (``size_of`` per element, given by the transport), when it is older
     than :data:`MAX_MESSAGE_SECONDS` before the next element is started, when the consumer has
     returned every element sent before (it is waiting), or when the buffer bound is reached. A
-    worker never has more than ``job.buffer_size`` elements produced and not yet consumed.
+    worker never has more than ``job.buffer_size + 1`` elements produced (or being produced) and not
+    yet consumed; the one beyond the buffer is produced alone and sent as soon as it is finished.
     """
 
     def __init__(
