@@ -589,8 +589,10 @@ class WorkerLoop:
                     continue
                 if self._take_commands(0):
                     continue
-                # A group fills the buffer (as before); the one beyond it goes alone.
-                self._produce(max(1, self.job.buffer_size - ahead))
+                # A group may take the one beyond the buffer too, except when the consumer has
+                # nothing of this worker's (it may be waiting: the buffer's worth goes first).
+                room = self.job.buffer_size - ahead
+                self._produce(room + 1 if ahead else max(1, room))
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass  # the consumer went away
         finally:
