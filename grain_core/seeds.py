@@ -402,7 +402,15 @@ def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
 
 _WALK_MIN_SIZE = 256  # below this many indices per table, pointer doubling beats walking
 _WALK_MAX_SIZE = 16384  # above it, one cached table per seed is cheaper (walks are short anyway)
-_WALK_CELLS = 1 << 21  # tables x 65,536 cipher values encrypted at once, at most
+_WALK_TABLES = 8  # tables encrypted and walked together: 8 x 512 KiB of cipher values stay in cache
+
+_BYTES_1 = np.uint64(0x0101010101010101)  # the low bit of each byte of a packed word
+_BYTES_LOW2 = np.uint64(0x0303030303030303)
+_BYTES_HIGH7 = np.uint64(0xFEFEFEFEFEFEFEFE)
+_BYTES_HIGH6 = np.uint64(0xFCFCFCFCFCFCFCFC)
+_DOMAIN = np.arange(1 << 16, dtype=np.uint32)
+_DOMAIN_LEFT = (_DOMAIN >> 8).astype(np.uint8).view(np.uint64)  # each value's high byte, packed
+_DOMAIN_RIGHT = _DOMAIN.astype(np.uint8).view(np.uint64)  # each value's low byte, packed
 
 
 def shuffle_tables(
@@ -413,10 +421,10 @@ def shuffle_tables(
     seeds[r], rounds)(np.arange(max_index + 1))``.
 
     Many seeds at once is much cheaper than one table per seed where ``max_index`` uses a 16-bit
-    block (``max_index <= 65536``, e.g. window shuffles): the cipher runs over all tables in one
-    vectorised pass and every index walks its cipher cycle until it lands in range, all tables in
-    the same numpy calls (for 256 to 16,384 indices; other sizes use :class:`IndexShuffle` per
-    seed).
+    block (``max_index <= 65536``, e.g. window shuffles): the cipher runs over several tables in
+    one vectorised pass and every index walks its cipher cycle until it lands in range, all those
+    tables in the same numpy calls (for 256 to 16,384 indices; other sizes use
+    :class:`IndexShuffle` per seed).
     """
     max_index = operator.index(max_index)
     seeds = [validate_seed(x) for x in seeds]
@@ -428,48 +436,64 @@ def shuffle_tables(
         span = np.arange(n, dtype=np.int64)
         return np.stack([IndexShuffle(max_index, x, rounds)(span) for x in seeds])
     out = np.empty((len(seeds), n), dtype=np.int64)
-    per = max(1, _WALK_CELLS >> 16)
-    for lo in range(0, len(seeds), per):
-        out[lo : lo + per] = _walk_tables(max_index, seeds[lo : lo + per], rounds)
+    for lo in range(0, len(seeds), _WALK_TABLES):
+        out[lo : lo + _WALK_TABLES] = _walk_tables(max_index, seeds[lo : lo + _WALK_TABLES], rounds)
     return out
+
+
+def _simon_f8_packed(x: np.ndarray) -> np.ndarray:
+    """Simon's round function on every byte of the uint64 words ``x`` (8 bytes per word):
+    ``(rotl(b, 1) & b) ^ rotl(b, 2)`` (``rotl(b, 8)`` of an 8-bit word is ``b``)."""
+    r1 = (x << np.uint64(1)) & _BYTES_HIGH7
+    r1 |= (x >> np.uint64(7)) & _BYTES_1
+    r2 = (x << np.uint64(2)) & _BYTES_HIGH6
+    r2 |= (x >> np.uint64(6)) & _BYTES_LOW2
+    r1 &= x
+    r1 ^= r2
+    return r1
 
 
 def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarray:
     """:func:`shuffle_tables` for 16-bit blocks: encrypt all 65,536 values of every table (8-bit
-    Feistel halves; the round function applied with ``bytes.translate``), then walk each
-    in-range start's cycle, in-range values mapping to themselves so a landed walk stays put."""
+    Feistel halves, eight per uint64 word), then walk each in-range start's cycle until it lands
+    in range.
+
+    The cipher table holds *global* positions (table number times 65,536 plus the value), so a
+    walk step is one gather; in-range values map to themselves, so a landed walk stays put.
+    """
     w = len(seeds)
-    keys = np.array([[k & 0xFF for k in _seed_seq_words(x, rounds)] for x in seeds], np.uint8)
-    f8 = _F8.tobytes()
-    domain = np.arange(1 << 16, dtype=np.uint32)
-    left = np.empty((w, 1 << 16), np.uint8)
-    left[:] = (domain >> 8).astype(np.uint8)
-    right = np.empty((w, 1 << 16), np.uint8)
-    right[:] = domain.astype(np.uint8)
+    keys = np.array([[k & 0xFF for k in _seed_seq_words(x, rounds)] for x in seeds], np.uint64)
+    keys *= _BYTES_1  # each key byte repeated over a word
+    left = np.empty((w, _DOMAIN_LEFT.size), np.uint64)
+    left[:] = _DOMAIN_LEFT
+    right = np.empty((w, _DOMAIN_RIGHT.size), np.uint64)
+    right[:] = _DOMAIN_RIGHT
     for i in range(0, rounds, 2):
-        left ^= np.frombuffer(right.tobytes().translate(f8), np.uint8).reshape(w, -1)
+        left ^= _simon_f8_packed(right)
         left ^= keys[:, i : i + 1]
-        right ^= np.frombuffer(left.tobytes().translate(f8), np.uint8).reshape(w, -1)
+        right ^= _simon_f8_packed(left)
         right ^= keys[:, i + 1 : i + 2]
-    jump = left.astype(np.int32)
+    jump = left.view(np.uint8).reshape(w, 1 << 16).astype(np.int64)
     jump <<= 8
-    jump |= right
+    jump |= right.view(np.uint8).reshape(w, 1 << 16)
     del left, right
     n = max_index + 1
+    base = (np.arange(w, dtype=np.int64) << 16)[:, None]
+    jump += base
     out = jump[:, :n].reshape(-1).copy()  # each in-range index's first cipher step
-    jump[:, :n] = np.arange(n, dtype=np.int32)
+    jump[:, :n] = base + np.arange(n, dtype=np.int64)
     flat = jump.reshape(-1)
-    pend = np.flatnonzero(out >= n)
+    pend = np.flatnonzero((out & 0xFFFF) >= n)
     vals = out[pend]
-    offs = ((pend // n) << 16).astype(np.int32)
     while pend.size:
-        for _ in range(8):  # a few steps between compactions
-            vals = flat[offs + vals]
-        done = vals < n
+        for _ in range(16):  # several steps between compactions: fewer numpy calls
+            vals = flat.take(vals)
+        done = (vals & 0xFFFF) < n
         out[pend[done]] = vals[done]
         keep = ~done
-        pend, vals, offs = pend[keep], vals[keep], offs[keep]
-    return out.reshape(w, n).astype(np.int64)
+        pend, vals = pend[keep], vals[keep]
+    out &= 0xFFFF
+    return out.reshape(w, n)
 
 
 def index_shuffle(index: int, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS) -> int:

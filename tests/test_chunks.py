@@ -369,3 +369,78 @@ def test_interrupts_anywhere_lose_nothing(seed):
     got_ds, _ = _random_pipeline(seed, False, stop=stop)
     got = [x for x in _run_collecting(iter(got_ds)) if x != ("raised", "KeyboardInterrupt")]
     assert got == _run_collecting(iter(clean))
+
+
+def _random_mix(seed, opaque, bad=(), stop=()):
+    """``IterDataset.mix`` of two mapped ``to_iter_dataset`` inputs with random weights; with
+    ``opaque`` its inputs cannot move back, so the mix reads them one element at a time."""
+    rng = np.random.default_rng(seed)
+    sizes = [int(rng.integers(10, 90)) for _ in range(2)]
+    weights = [float(rng.integers(1, 5)) for _ in range(2)]
+    opts = ALL_OPTIONS[seed % len(ALL_OPTIONS)]
+    bad = set(bad)
+    armed = set(stop)
+
+    def make(k):
+        def f(x):
+            if (k, x) in bad:
+                raise Boom(x)
+            if (k, x) in armed:
+                armed.discard((k, x))
+                raise KeyboardInterrupt
+            return 1000 * k + x
+
+        ds = grain.MapDataset.range(sizes[k]).to_iter_dataset(opts).map(f)
+        return _Opaque(ds) if opaque else ds
+
+    return grain.IterDataset.mix([make(0), make(1)], weights)
+
+
+def _mix_faults(seed, base):
+    rng = np.random.default_rng(base + seed)
+    return [(int(rng.integers(2)), int(rng.integers(0, 60))) for _ in range(seed % 4)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mix_reading_chunks_matches_element_wise_reading_with_errors(seed):
+    """A mix serving ``next()`` from chunks it reads ahead gives the same elements and errors, in
+    the same order, as a mix whose inputs are read one element at a time, also under ``batch``
+    (which reads it with ``next_chunk``)."""
+    bad = _mix_faults(seed, 300)
+    assert _run_collecting(iter(_random_mix(seed, False, bad))) == _run_collecting(
+        iter(_random_mix(seed, True, bad))
+    )
+    assert _run_collecting(iter(_random_mix(seed, False, bad).batch(3))) == _run_collecting(
+        iter(_random_mix(seed, True, bad).batch(3))
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mix_interrupts_lose_nothing(seed):
+    """KeyboardInterrupts in an input's map while the mix reads ahead: continuing the same
+    iterator gives exactly the elements of an uninterrupted run."""
+    stop = _mix_faults(seed, 400) or [(0, 3)]
+    got = _run_collecting(iter(_random_mix(seed, False, stop=stop)))
+    clean = _run_collecting(iter(_random_mix(seed, False)))
+    assert [x for x in got if x != ("raised", "KeyboardInterrupt")] == clean
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mix_state_is_the_position_after_the_last_element_returned(seed):
+    """States taken at random points of a mix that has read ahead restore, in a fresh iterator,
+    to exactly the rest of the run, and equal the states of element-wise reading."""
+    rng = np.random.default_rng(500 + seed)
+    ref = list(_random_mix(seed, True))
+    it, ref_it = iter(_random_mix(seed, False)), iter(_random_mix(seed, True))
+    taken = 0
+    while taken < len(ref):
+        step = int(rng.integers(1, 9))
+        for _ in range(min(step, len(ref) - taken)):
+            assert next(it) == next(ref_it) == ref[taken]
+            taken += 1
+        state = it.get_state()
+        assert state["position"] == ref_it.get_state()["position"]
+        fresh = iter(_random_mix(seed, False))
+        fresh.set_state(state)
+        assert list(fresh) == ref[taken:]
+    assert list(it) == []

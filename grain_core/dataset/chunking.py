@@ -10,12 +10,13 @@ element at a time by such stages, which is always exact.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from grain_core.dataset.base import DatasetIterator
 
-__all__ = ["can_unread", "mix_chunk", "mix_unread", "unread"]
+__all__ = ["MixRead", "can_unread", "mix_chunk", "mix_unread", "unread"]
 
 
 def can_unread(it: DatasetIterator) -> bool:
@@ -28,39 +29,75 @@ def unread(it: DatasetIterator, count: int) -> None:
     it._unread(count)  # type: ignore[attr-defined]
 
 
+@dataclasses.dataclass
+class MixRead:
+    """What :func:`mix_chunk` read: ``elements`` for the positions from ``pos`` on, then what
+    stopped it early, if anything, at the position right after them: ``error``, an ``Exception``
+    a parent raised for that position (the parent consumed that element), or ``exhausted``, that
+    position's parent has no elements left."""
+
+    elements: list[Any]
+    error: Exception | None = None
+    exhausted: bool = False
+
+
 def mix_chunk(
     parents: Sequence[DatasetIterator], order: Sequence[int], pos: int, max_elements: int
-) -> list[Any]:
+) -> MixRead:
     """The next elements of a fixed selection ``order`` (repeating) over ``parents``, from position
     ``pos``: each parent is asked once for all its elements among the next ``max_elements``
     positions, and the longest prefix every parent delivered is returned; parents that delivered
-    more are moved back (``_unread``). Empty when the first position's parent is exhausted."""
+    more are moved back (``_unread``).
+
+    Parents are asked in the order of their first position, and none whose first position lies
+    past the point where an earlier one fell short, so an ``Exception`` a parent raises (for its
+    first element asked, which it consumed) always belongs to the position right after the
+    returned elements. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``)
+    moves every parent back over what it delivered and propagates: nothing is consumed.
+    """
     period = len(order)
     seq = [order[(pos + j) % period] for j in range(max_elements)]
     need = [0] * len(parents)
-    for d in seq:
+    first: dict[int, int] = {}  # parent -> its first position (offset from pos), in that order
+    for j, d in enumerate(seq):
+        if not need[d]:
+            first[d] = j
         need[d] += 1
     got: list[list[Any]] = [[] for _ in parents]
-    for d, c in enumerate(need):
-        if c:
+    bound = max_elements  # no position at or after it is read
+    error: Exception | None = None
+    exhausted = False
+    try:
+        for d, f in first.items():
+            if f >= bound:
+                break
             try:
-                got[d] = parents[d].next_chunk(c)
+                g = parents[d].next_chunk(need[d])
             except StopIteration:
-                pass
+                bound, exhausted = f, True
+                break
+            except Exception as e:
+                bound, error = f, e
+                break
+            got[d] = g
+            if len(g) < need[d]:  # short: the position of its first missing element bounds all
+                bound = min(bound, [j for j, x in enumerate(seq) if x == d][len(g)])
+    except BaseException:
+        for d, g in enumerate(got):
+            if g:
+                unread(parents[d], len(g))
+        raise
     taken = [0] * len(parents)
     out: list[Any] = []
     append = out.append
-    for d in seq:
+    for d in seq[:bound]:
         i = taken[d]
-        g = got[d]
-        if i >= len(g):
-            break
-        append(g[i])
+        append(got[d][i])
         taken[d] = i + 1
     for d, g in enumerate(got):
         if len(g) > taken[d]:
             unread(parents[d], len(g) - taken[d])
-    return out
+    return MixRead(out, error, exhausted)
 
 
 def mix_unread(

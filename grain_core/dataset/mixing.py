@@ -247,41 +247,116 @@ class MixedIterDataset(IterDataset):
         return _MixedIterator(self)
 
 
+_MAX_READ = 256  # positions one next() reads from the parents at most (then served one by one)
+
+
 class _MixedIterator(DatasetIterator):
+    """Reads its parents a chunk of positions at a time (:func:`mix_chunk`) where they can move
+    back, and serves ``next()`` from that chunk; ``get_state`` first moves the parents back over
+    the elements read but not returned, so the state is always the position after the last
+    element returned. Reads by ``next()`` grow 1, 2, 4, ... up to ``_MAX_READ`` positions after a
+    start or restore; ``next_chunk(n)`` reads ``n`` positions when nothing read is left."""
+
     def __init__(self, ds: MixedIterDataset):
         super().__init__([iter(p) for p in ds.parents])
         self._ds = ds
-        self._pos = 0
+        self._order = ds._pattern.order  # the dataset of each position of one period
+        self._period = len(self._order)
+        self._pos = 0  # the parents' position: after the elements read
+        self._read: list[Any] = []  # the latest chunk read; the first self._served were returned
+        self._served = 0
+        self._step = 1  # positions the next read by next() covers
+        # An Exception a parent raised for a position after self._read: (position, error).
+        self._error: tuple[int, Exception] | None = None
         self._done = False
-        if not all(can_unread(p) for p in self._parents):
+        self._chunked = all(can_unread(p) for p in self._parents)
+        if not self._chunked:
             self._unread = None  # type: ignore[assignment]  # chunks only from parents that can
 
     def __next__(self):
+        i = self._served
+        read = self._read
+        if i < len(read):
+            self._served = i + 1
+            return read[i]
+        if not self._chunked:
+            return self._next_one()
+        step = self._step
+        if step < _MAX_READ:
+            self._step = 2 * step
+        out = self._read_more(step)
+        self._served = 1
+        return out[0]
+
+    def _next_one(self):
+        """One element, read from its parent alone (parents that cannot move back)."""
         if self._done:
             raise StopIteration
-        d, _ = self._ds._pattern.locate(self._pos)
-        self._pos += 1
+        pos = self._pos
+        d = self._order[pos % self._period]
+        self._pos = pos + 1
         try:
-            return next(self._parents[d])
+            return self._parents[d].__next__()
         except StopIteration:
             self._done = True
             raise
 
-    def next_chunk(self, max_elements: int) -> list[Any]:
-        if self._done or self._unread is None:
-            return [self.__next__()]
-        out = mix_chunk(self._parents, self._ds._pattern.order, self._pos, max_elements)
+    def _read_more(self, n: int) -> list[Any]:
+        """Reads up to ``n`` positions into ``self._read`` (served from its start), or raises the
+        error or end found at the next position (which that consumes, as ``next()`` does)."""
+        error = self._error
+        if error is not None and error[0] == self._pos:
+            self._error = None
+            self._pos += 1
+            self._read, self._served = [], 0
+            raise error[1]
+        if self._done:
+            raise StopIteration
+        if error is not None:
+            n = min(n, error[0] - self._pos)
+        got = mix_chunk(self._parents, self._order, self._pos, n)
+        out = got.elements
         if not out:
+            self._read, self._served = [], 0
+            self._pos += 1
+            if got.error is not None:
+                raise got.error
             self._done = True
             raise StopIteration
+        if got.error is not None:
+            self._error = (self._pos + len(out), got.error)
         self._pos += len(out)
+        self._read = out
+        self._served = 0
+        return out
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        if not self._chunked:
+            return [self.__next__()]
+        i = self._served
+        read = self._read
+        if i < len(read):
+            out = read[i : i + max_elements]
+        else:
+            out = self._read_more(max_elements)
+        self._served = i + len(out) if i < len(read) else len(out)
         return out
 
     def _unread(self, count: int) -> None:
-        mix_unread(self._parents, self._ds._pattern.order, self._pos, count)
-        self._pos -= count
+        self._served -= count  # what the latest call returned is still in self._read
+
+    def _give_back(self) -> None:
+        """Moves the parents back over the elements read but not returned; reads by ``next()``
+        grow from one position again."""
+        left = len(self._read) - self._served
+        if left:
+            mix_unread(self._parents, self._order, self._pos, left)
+            self._pos -= left
+            self._read = self._read[: self._served]
+            self._step = 1  # states taken often: read little ahead, give little back
 
     def get_state(self):
+        self._give_back()
         return _state.make_state(
             "MixedIterDataset",
             proportions=list(self._ds._pattern.proportions),
@@ -319,3 +394,4 @@ class _MixedIterator(DatasetIterator):
                     it.set_state(state["parents"][n])
             self._pos = int(state["position"])
             self._done = bool(state.get("exhausted", False))
+            self._read, self._served, self._step, self._error = [], 0, 1, None

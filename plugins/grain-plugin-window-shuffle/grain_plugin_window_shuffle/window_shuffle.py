@@ -215,7 +215,7 @@ class _WindowShuffleIterator(OneParentIterator):
         if not items:
             self._buf, self._pos = [], 0
             return
-        self._buf = [items[i] for i in self._order(len(items))]
+        self._buf = list(map(items.__getitem__, self._order(len(items))))
         self._pos = 0
 
     def __next__(self):
