@@ -420,26 +420,32 @@ class ProcessPool:
             for i in range(job.worker_count):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 credit_r, credit_w = ctx.Pipe(duplex=False)
-                boot = _Boot(
-                    child_conn,
-                    credit_r,
-                    i,
-                    job,
-                    f"{self.prefix}w{i}",
-                    os.getpid(),
-                    use_shm,
-                    min_free,
-                )
-                proc = ctx.Process(
-                    target=_worker_main,
-                    args=(boot,),
-                    name=f"grain_core-mp-worker-{i}",
-                    daemon=True,
-                )
-                with _worker_start():
-                    proc.start()
-                child_conn.close()
-                credit_r.close()
+                try:
+                    boot = _Boot(
+                        child_conn,
+                        credit_r,
+                        i,
+                        job,
+                        f"{self.prefix}w{i}",
+                        os.getpid(),
+                        use_shm,
+                        min_free,
+                    )
+                    proc = ctx.Process(
+                        target=_worker_main,
+                        args=(boot,),
+                        name=f"grain_core-mp-worker-{i}",
+                        daemon=True,
+                    )
+                    with _worker_start():
+                        proc.start()
+                except BaseException:
+                    for c in (parent_conn, credit_w):
+                        c.close()
+                    raise
+                finally:
+                    child_conn.close()  # the worker has its own copies now (or never will)
+                    credit_r.close()
                 self.channels.append(_ProcessChannel(self, proc, parent_conn, credit_w))
             self._thread = threading.Thread(
                 target=self._io_loop, name="grain_core-mp-io", daemon=True
