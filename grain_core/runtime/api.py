@@ -26,8 +26,11 @@ absolute counts), so a transport may deliver one twice, and a consumer interrupt
 any exception raised into ``next()``) re-sends it. Every message from a worker carries ``seq``, its
 number in that worker's stream, so the consumer applies each one once.
 
-Flow control counts elements: a worker has at most ``buffer_size`` elements produced and not yet
-returned by the consumer's ``next()`` (``MultiprocessingOptions.per_worker_buffer_size``).
+Flow control counts elements: a worker has at most ``buffer_size + 1`` elements produced (or being
+produced) and not yet returned by the consumer's ``next()``: ``buffer_size``
+(``MultiprocessingOptions.per_worker_buffer_size``) finished ones plus the one in production, which
+is sent as soon as it is finished. The consumer sends a :class:`Consumed` count (a credit) from
+``next()`` as it hands elements out.
 """
 
 from __future__ import annotations
@@ -337,7 +340,11 @@ class Channel(Protocol):
     """The consumer's end of one worker's transport. The consumer calls it from one thread."""
 
     def send(self, message: ToWorker) -> None:
-        """Delivers ``message`` to the worker, in order (it may be delivered twice)."""
+        """Delivers ``message`` to the worker, in order (it may be delivered twice). A
+        :class:`Consumed` may overtake earlier messages (the process runtime sends it on a pipe
+        of its own): it is absolute, a worker applies only those of its current generation, and
+        one of a new generation is only ever sent after the worker answered that generation's
+        :class:`Start`."""
 
     def peek(self, timeout: float) -> FromWorker | None:
         """The oldest message not yet dropped, without removing it; None when none came within
@@ -394,14 +401,6 @@ class _Group:
     elements: list[Any]
 
 
-@dataclasses.dataclass
-class _Held:
-    state: Any
-    elements: list[Any]
-    outcome: BaseException | str | None
-    traceback: str
-
-
 class WorkerLoop:
     """Runs worker ``index`` of ``job.worker_count``: builds its share's iterator, then answers
     commands until :class:`Stop` (or the consumer goes away). See the module docstring.
@@ -411,7 +410,8 @@ class WorkerLoop:
     :data:`MAX_MESSAGE_BYTES` (``size_of`` per element, given by the transport), when it is older
     than :data:`MAX_MESSAGE_SECONDS` before the next element is started, when the consumer has
     returned every element sent before (it is waiting), or when the buffer bound is reached. A
-    worker never has more than ``job.buffer_size`` elements produced and not yet consumed.
+    worker never has more than ``job.buffer_size + 1`` elements produced (or being produced) and not
+    yet consumed; the one beyond the buffer is produced alone and sent as soon as it is finished.
     """
 
     def __init__(
@@ -437,7 +437,6 @@ class WorkerLoop:
         # generation, produced (sent) and consumed counts in it
         self.gen, self.sent, self.consumed, self.producing = -1, 0, 0, False
         self.pending: collections.deque[ToWorker] = collections.deque()
-        self.held: _Held | None = None  # produced while the buffer was full, not sent yet
         # Sends happen under this lock: the main thread's and the flusher's (see _flusher).
         self.lock = threading.Lock()
         self.group: _Group | None = None
@@ -540,7 +539,6 @@ class WorkerLoop:
         if cmd.generation == self.gen:
             return True  # a repeated command of the current generation
         self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
-        self.held = None
         if not isinstance(cmd, Start):  # Idle (a Consumed never reaches here)
             return True
         if self.setup_error is not None:
@@ -576,61 +574,41 @@ class WorkerLoop:
         try:
             self._emit(lambda seq: Template(seq, template, self.elastic_problem))
             while True:
-                room = self.job.buffer_size - (self.sent - self.consumed)
                 if self.pending:
                     if not self._command(self.pending.popleft()):
                         return
                     continue
-                if self.producing and room <= 0 and self.held is None:
-                    # Produce the next element while the consumer catches up; it is sent once
-                    # there is room (the "one being produced" of the buffer bound).
-                    if self._take_commands(0):
-                        continue
-                    self._hold()
-                    continue
-                if not self.producing or room <= 0:
+                # Elements in existence that next() has not returned: ``ahead`` sent plus those
+                # of the group being produced, at most buffer_size + 1 (the buffer and the one
+                # in production). The last one is sent as soon as it is finished, never held
+                # back for a credit: it is already counted, and the consumer has it at hand when
+                # it returns the one before (no credit round trip per element at a buffer of 1).
+                ahead = self.sent - self.consumed
+                if not self.producing or ahead > self.job.buffer_size:
                     self._take_commands(None)
                     continue
-                self._take_commands(0)
-                if self.pending:
+                if self._take_commands(0):
                     continue
-                self._produce(room)
+                # A group may take the one beyond the buffer too, except when the consumer has
+                # nothing of this worker's (it may be waiting: the buffer's worth goes first).
+                room = self.job.buffer_size - ahead
+                self._produce(room + 1 if ahead else max(1, room))
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass  # the consumer went away
         finally:
             self.done = True
             self._report()
 
-    def _hold(self) -> None:
-        """Produces one element (or the outcome that ends the share) to send later."""
-        it = self.it
-        assert it is not None
-        self.fresh = False
-        state = it.get_state()
-        t0 = time.perf_counter()
-        try:
-            self.held = _Held(state, [next(it)], None, "")
-        except StopIteration:
-            self.held = _Held(state, [], "end", "")
-        except Exception as e:
-            self.held = _Held(state, [], e, traceback.format_exc())
-        self.produced_seconds += time.perf_counter() - t0
-
     def _produce(self, room: int) -> None:
         it = self.it
         assert it is not None
         self.fresh = False
-        held, self.held = self.held, None
         outcome: BaseException | str | None = None
         tb = ""
-        if held is not None:
-            state, first, outcome, tb = held.state, held.elements, held.outcome, held.traceback
-        else:
-            state, first = it.get_state(), []
-        g = _Group(state, 0, list(first))
+        g = _Group(it.get_state(), 0, [])
         with self.lock:
             self.group = g
-        count = len(first)
+        count = 0
         nbytes = 0
         t0 = time.perf_counter()
         limit = min(room, MAX_MESSAGE_ELEMENTS)

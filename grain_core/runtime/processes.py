@@ -7,7 +7,13 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   :meth:`WorkerEnvironment.apply <grain_core.runtime.api.WorkerEnvironment.apply>`. Helper
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
-* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Elements` travel
+* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Consumed` counts
+  (the flow-control credits) and the consumer's "copied out" counts take a second, one-way pipe
+  per worker instead, as fixed 16-byte records written with one ``os.write`` each (see
+  :class:`_CreditRecord`): the consumer's own thread writes a credit the moment ``next()`` hands an
+  element out, with no hop through its I/O thread, and a record is never torn (a pipe write of at
+  most ``PIPE_BUF`` bytes is atomic), so ``Ctrl-C`` cannot break the framing and two threads may
+  write. :class:`~grain_core.runtime.api.Elements` travel
   as one pickle of the element list per message (not one per element), with their numpy buffers
   in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
   consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
@@ -30,12 +36,12 @@ import os
 import pickle
 import select
 import signal
+import struct
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Iterator
-from multiprocessing.connection import wait
 from typing import Any
 
 from grain_core.runtime import api, shm
@@ -72,10 +78,23 @@ class _ShmElements:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Released:
-    """Consumer -> worker: the consumer has copied out ``messages`` element messages (absolute)."""
+class _CreditRecord:
+    """Consumer -> worker on the credit pipe, packed as two little-endian int64 (16 bytes, one
+    ``os.write``): ``(generation, elements)`` is :class:`api.Consumed`; ``(-1, messages)`` says the
+    consumer has copied out ``messages`` element messages (absolute), so their segments are free."""
 
-    messages: int
+    generation: int
+    count: int
+
+    FORMAT = struct.Struct("<qq")
+    RELEASED = -1
+
+    def pack(self) -> bytes:
+        return self.FORMAT.pack(self.generation, self.count)
+
+
+_RECORD_SIZE = _CreditRecord.FORMAT.size
+_READ_RECORDS = _RECORD_SIZE * 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +102,7 @@ class _Boot:
     """The one argument of a worker process."""
 
     conn: Any
+    credits: Any  # the read end of the credit pipe (a one-way Connection; read as a raw fd)
     index: int
     job: api.WorkerJob
     prefix: str
@@ -124,6 +144,11 @@ class _WorkerEndpoint:
         self.sent_messages = 0
         self.lock = threading.Lock()
         self.consumer_pid = boot.consumer_pid
+        self.conn_fd = boot.conn.fileno()
+        self.credit_fd = boot.credits.fileno()
+        os.set_blocking(self.credit_fd, False)
+        self.credits_in: collections.deque[api.Consumed] = collections.deque()
+        self.partial = b""
 
     def send(self, message: Any) -> None:
         # Called by the worker loop's thread and its flusher thread: one at a time.
@@ -151,24 +176,50 @@ class _WorkerEndpoint:
         )
 
     def receive(self, timeout: float | None) -> Any:
+        if self.credits_in:
+            return self.credits_in.popleft()
         conn = self.conn
+        fds = [self.conn_fd, self.credit_fd]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            if conn.poll(min(left, 0.5)):
-                msg = conn.recv()
-                if isinstance(msg, _Released):
-                    if self.writer is not None:
-                        with self.lock:
-                            while self.released < msg.messages:
-                                self.writer.release_oldest()
-                                self.released += 1
-                    continue
-                return msg
+            ready, _, _ = select.select(fds, [], [], min(left, 0.5))
+            if self.credit_fd in ready:
+                self._read_credits()
+            if self.conn_fd in ready:
+                return conn.recv()
+            if self.credits_in:
+                return self.credits_in.popleft()
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             if not _alive(self.consumer_pid):
                 raise EOFError("the consumer is gone")
+
+    def _read_credits(self) -> None:
+        """Applies the released counts on the credit pipe and queues its latest credit."""
+        try:
+            data = os.read(self.credit_fd, _READ_RECORDS)
+        except BlockingIOError:
+            return
+        if not data:
+            raise EOFError("the consumer is gone")
+        data = self.partial + data
+        end = len(data) - len(data) % _RECORD_SIZE
+        self.partial = data[end:]  # never a torn record (atomic writes); kept for safety
+        released = -1
+        latest: api.Consumed | None = None
+        for generation, count in _CreditRecord.FORMAT.iter_unpack(data[:end]):
+            if generation == _CreditRecord.RELEASED:
+                released = max(released, count)
+            elif latest is None or (generation, count) >= (latest.generation, latest.elements):
+                latest = api.Consumed(generation, count)
+        if released > self.released and self.writer is not None:
+            with self.lock:
+                while self.released < released:
+                    self.writer.release_oldest()
+                    self.released += 1
+        if latest is not None:
+            self.credits_in.append(latest)
 
     def close(self) -> None:
         if self.writer is not None:
@@ -255,10 +306,11 @@ def _worker_main(boot: _Boot) -> None:
     finally:
         endpoint.close()
         shm.sweep(boot.prefix)
-        try:
-            boot.conn.close()
-        except Exception:
-            pass
+        for c in (boot.conn, boot.credits):
+            try:
+                c.close()
+            except Exception:
+                pass
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,25 +320,54 @@ def _worker_main(boot: _Boot) -> None:
 
 class _ProcessChannel:
     """The consumer's end of one worker: an inbox filled by the pool's I/O thread, an outbox the
-    I/O thread sends from (``Consumed`` counts coalesced: only the latest is sent)."""
+    I/O thread sends from, and the credit pipe. A ``Consumed`` count is written to the credit pipe
+    by the calling thread itself (one atomic ``os.write``); only when the pipe is full (the worker
+    has not read for thousands of records) is it left to the I/O thread, which retries the latest
+    count until it fits."""
 
-    def __init__(self, pool: ProcessPool, proc: Any, conn: Any):
+    def __init__(self, pool: ProcessPool, proc: Any, conn: Any, credits: Any):
         self._pool = pool
         self.proc = proc
         self.conn = conn
+        self.credits = credits  # the write end of the credit pipe (a one-way Connection)
+        self.credit_fd = credits.fileno()
+        os.set_blocking(self.credit_fd, False)
         self.inbox: collections.deque[Any] = collections.deque()
         self.outbox: collections.deque[Any] = collections.deque()
-        self.latest_consumed: api.Consumed | None = None
-        self.sent_consumed: api.Consumed | None = None
+        self.unsent_credit: api.Consumed | None = None  # left to the I/O thread (pipe was full)
         self.read_messages = 0
+        self.released_sent = 0
         self.lost: str | None = None  # how the worker was lost
 
     def send(self, message: Any) -> None:
         if isinstance(message, api.Consumed):
-            self.latest_consumed = message
-        else:
-            self.outbox.append(message)
+            # Any older unsent count is superseded: counts are absolute.
+            self.unsent_credit = None
+            data = _CreditRecord(message.generation, message.elements).pack()
+            read = self.read_messages
+            if read > self.released_sent:
+                data += _CreditRecord(_CreditRecord.RELEASED, read).pack()
+            if self.write_bytes(data):
+                self.released_sent = max(self.released_sent, read)
+            else:
+                self.unsent_credit = message
+                self._pool.wake()
+            return
+        self.outbox.append(message)
         self._pool.wake()
+
+    def write_record(self, record: _CreditRecord) -> bool:
+        """Writes one record to the credit pipe; False when the pipe is full (nothing written)."""
+        return self.write_bytes(record.pack())
+
+    def write_bytes(self, data: bytes) -> bool:
+        try:
+            os.write(self.credit_fd, data)
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass  # the worker is gone: its sentinel says so
+        return True
 
     def peek(self, timeout: float) -> Any:
         # No lock is taken here: an exception raised into the caller (Ctrl-C) at any point leaves
@@ -294,7 +375,7 @@ class _ProcessChannel:
         if self.inbox:
             return self.inbox[0]
         if self.lost is None:
-            self._pool.wait_ready(timeout)
+            self._pool.wait_ready(self, timeout)
         if self.inbox:
             return self.inbox[0]
         if self.lost is not None:
@@ -319,6 +400,7 @@ class ProcessPool:
         os.set_blocking(self._wake_w, False)
         self._wake_pending = False
         self._ready_r, self._ready_w = os.pipe()  # I/O thread -> consumer: a message arrived
+        self._consumer_waiting = False
         os.set_blocking(self._ready_r, False)
         os.set_blocking(self._ready_w, False)
         self._warned = False
@@ -337,19 +419,34 @@ class ProcessPool:
         try:
             for i in range(job.worker_count):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
-                boot = _Boot(
-                    child_conn, i, job, f"{self.prefix}w{i}", os.getpid(), use_shm, min_free
-                )
-                proc = ctx.Process(
-                    target=_worker_main,
-                    args=(boot,),
-                    name=f"grain_core-mp-worker-{i}",
-                    daemon=True,
-                )
-                with _worker_start():
-                    proc.start()
-                child_conn.close()
-                self.channels.append(_ProcessChannel(self, proc, parent_conn))
+                credit_r, credit_w = ctx.Pipe(duplex=False)
+                try:
+                    boot = _Boot(
+                        child_conn,
+                        credit_r,
+                        i,
+                        job,
+                        f"{self.prefix}w{i}",
+                        os.getpid(),
+                        use_shm,
+                        min_free,
+                    )
+                    proc = ctx.Process(
+                        target=_worker_main,
+                        args=(boot,),
+                        name=f"grain_core-mp-worker-{i}",
+                        daemon=True,
+                    )
+                    with _worker_start():
+                        proc.start()
+                except BaseException:
+                    for c in (parent_conn, credit_w):
+                        c.close()
+                    raise
+                finally:
+                    child_conn.close()  # the worker has its own copies now (or never will)
+                    credit_r.close()
+                self.channels.append(_ProcessChannel(self, proc, parent_conn, credit_w))
             self._thread = threading.Thread(
                 target=self._io_loop, name="grain_core-mp-io", daemon=True
             )
@@ -383,41 +480,58 @@ class ProcessPool:
         except (BlockingIOError, OSError):
             pass
 
-    def _signal_ready(self) -> None:
+    def _signal_ready(self, always: bool = True) -> None:
+        if not always and not self._consumer_waiting:
+            return  # the consumer looks at its inbox before it waits (see wait_ready)
         try:
             os.write(self._ready_w, b"\0")
         except (BlockingIOError, OSError):
             pass
 
-    def wait_ready(self, timeout: float) -> None:
-        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel)."""
+    def wait_ready(self, ch: _ProcessChannel, timeout: float) -> None:
+        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel),
+        unless ``ch`` has one. The flag is raised before ``ch`` is looked at and the I/O thread
+        appends before it reads the flag, so a message is either seen here or signalled."""
+        self._consumer_waiting = True
         try:
+            if ch.inbox or ch.lost is not None:
+                return
             r, _, _ = select.select([self._ready_r], [], [], timeout)
             if r:
                 os.read(self._ready_r, 65536)
         except (BlockingIOError, OSError, ValueError):
             pass
+        finally:
+            self._consumer_waiting = False
 
     # --- the I/O thread ----------------------------------------------------------------------------
 
     def _io_loop(self) -> None:
-        by_conn = {c.conn: c for c in self.channels}
-        by_sentinel = {c.proc.sentinel: c for c in self.channels}
+        # One poll object for the thread's life (a selector built per wait cost more than the
+        # read it waited for); a lost worker's descriptors are unregistered.
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        by_fd: dict[int, tuple[bool, _ProcessChannel]] = {}  # fd -> (is the pipe, channel)
+        for c in self.channels:
+            for fd, is_pipe in ((c.conn.fileno(), True), (c.proc.sentinel, False)):
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = (is_pipe, c)
         while not self._closed:
             self._flush()
-            waitables = [self._wake_r]
-            waitables += [c.conn for c in self.channels if c.lost is None]
-            waitables += [c.proc.sentinel for c in self.channels if c.lost is None]
+            for fd, (_, c) in list(by_fd.items()):
+                if c.lost is not None:
+                    poller.unregister(fd)
+                    del by_fd[fd]
             try:
-                ready = wait(waitables, timeout=0.2)
+                ready = poller.poll(200)
             except OSError:
                 if self._closed:
                     return
                 raise
             if self._closed:
                 return
-            for r in ready:
-                if r == self._wake_r:
+            for fd, _ in ready:
+                if fd == self._wake_r:
                     try:
                         os.read(self._wake_r, 4096)
                     except OSError:
@@ -429,26 +543,33 @@ class ProcessPool:
                     # wake() after it was skipped until another event woke this thread.)
                     self._wake_pending = False
                     self._flush()
-                elif r in by_conn:
-                    self._read(by_conn[r])
-                elif r in by_sentinel:
-                    ch = by_sentinel[r]
-                    if ch.lost is None and not self._drain(ch):
-                        self._lose(ch)
+                    continue
+                is_pipe, ch = by_fd.get(fd, (False, None))
+                if ch is None or ch.lost is not None:
+                    continue
+                if is_pipe:
+                    self._read(ch)
+                elif not self._drain(ch):
+                    self._lose(ch)
 
     def _flush(self) -> None:
         for ch in self.channels:
             if ch.lost is not None:
                 continue
-            latest = ch.latest_consumed  # read before the outbox: see _ProcessChannel.send
             try:
                 while ch.outbox:
                     ch.conn.send(ch.outbox.popleft())
-                if latest is not None and latest is not ch.sent_consumed:
-                    ch.conn.send(latest)
-                    ch.sent_consumed = latest
             except (OSError, EOFError):
                 pass  # the worker is gone: its sentinel says so
+            credit = ch.unsent_credit  # read once: the consumer's thread may replace it
+            if credit is not None:
+                if ch.write_record(_CreditRecord(credit.generation, credit.elements)):
+                    if ch.unsent_credit is credit:
+                        ch.unsent_credit = None
+            read = ch.read_messages
+            if read > ch.released_sent and not ch.inbox:
+                if ch.write_record(_CreditRecord(_CreditRecord.RELEASED, read)):
+                    ch.released_sent = max(ch.released_sent, read)
 
     def _drain(self, ch: _ProcessChannel) -> bool:
         """Reads what a dead worker left in its pipe; True when something was read."""
@@ -481,15 +602,11 @@ class ProcessPool:
             else:
                 msg_out = api.Elements(msg.seq, msg.generation, msg.state, msg.skip, elements)
             ch.read_messages += 1
-            try:
-                ch.conn.send(_Released(ch.read_messages))
-            except (OSError, EOFError):
-                pass
             if msg.fallback is not None:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out
         ch.inbox.append(msg)
-        self._signal_ready()
+        self._signal_ready(always=False)
 
     def _lose(self, ch: _ProcessChannel) -> None:
         proc = ch.proc
@@ -528,10 +645,11 @@ class ProcessPool:
             except Exception:
                 pass
         for ch in self.channels:
-            try:
-                ch.conn.close()
-            except Exception:
-                pass
+            for c in (ch.conn, ch.credits):
+                try:
+                    c.close()
+                except Exception:
+                    pass
         deadline = time.monotonic() + _STOP_GRACE_SECONDS
         for ch in self.channels:
             try:
