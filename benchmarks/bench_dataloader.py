@@ -13,8 +13,6 @@ import tempfile
 import numpy as np
 from harness import Workload
 
-import grain_core
-
 NUM_RECORDS = 50_000
 RECORD_BYTES = 1024
 NUM_FILES = 4
@@ -44,35 +42,14 @@ def _write_files() -> list[str]:
     return paths
 
 
-def _decode(record):
-    return np.frombuffer(record, dtype=np.uint8)
-
-
-# Defined at import (not per run) so that worker processes, which import this module afresh
-# (forkserver / spawn), find them when they unpickle the loader.
-class Decode_grain_core(grain_core.transforms.Map):  # noqa: N801
-    def map(self, record):
-        return _decode(record)
-
-
-_DECODE: dict[str, type] = {"grain_core": Decode_grain_core}
-
-
-try:
-    import grain.python as _grain_python
-
-    class Decode_grain(_grain_python.MapTransform):  # noqa: N801
-        def map(self, record):
-            return _decode(record)
-
-    _DECODE["grain"] = Decode_grain
-
-except ImportError:
-    pass
-
-
 def _make_decode(lib):
-    return _DECODE[lib.__name__.partition(".")[0]]
+    """The library's decode class, each from a module that imports only that library (worker
+    processes import it to unpickle the operation)."""
+    if lib.__name__.partition(".")[0] == "grain_core":
+        from dataloader_decode import Decode
+    else:
+        from dataloader_decode_grain import Decode
+    return Decode
 
 
 def _batch(lib):
