@@ -14,6 +14,11 @@ import threading
 
 import numpy as np
 import pytest
+from test_chunks import (
+    CountingSource,
+    check_read_ahead_within_buffer,
+    check_slow_element_does_not_hold_back,
+)
 
 import grain_core as grain
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
@@ -243,29 +248,6 @@ SCRIPTS = {
 }
 
 
-class CountingSource:
-    """Records every bulk read (its indices, the reading thread's name) and the highest index."""
-
-    def __init__(self, n: int, make=lambda i: i):
-        self._n, self._make = n, make
-        self.calls: list[tuple[list[int], str]] = []
-        self.max_stop = 0
-        self._lock = threading.Lock()
-
-    def __len__(self):
-        return self._n
-
-    def __getitem__(self, i):
-        return self._make(i)
-
-    def __getitems__(self, indices):
-        idx = [int(i) for i in indices]
-        with self._lock:
-            self.calls.append((idx, threading.current_thread().name))
-            self.max_stop = max([self.max_stop, *(i + 1 for i in idx)])
-        return [self._make(i) for i in idx]
-
-
 def _scripted(it, script) -> ScriptedPolicy:
     found = [n for n in iterator_tree(it) if hasattr(n, "_policy")]
     assert len(found) == 1
@@ -326,19 +308,7 @@ def test_output_and_states_are_exact_in_both_modes_and_across_switches(options, 
 @pytest.mark.parametrize("buffer", [1, 5, 16])
 @pytest.mark.parametrize("script", SCRIPTS, ids=str)
 def test_elements_in_flight_stay_within_the_buffer(buffer, script):
-    src = CountingSource(400)
-    it = iter(
-        grain.MapDataset.source(src).to_iter_dataset(
-            grain.ReadOptions(num_threads=3, prefetch_buffer_size=buffer)
-        )
-    )
-    _scripted(it, SCRIPTS[script])
-    received = 0
-    for x in it:
-        received += 1
-        assert x == received - 1
-        assert src.max_stop <= received + buffer
-    assert received == 400
+    check_read_ahead_within_buffer(buffer, lambda it: _scripted(it, SCRIPTS[script]))
 
 
 def test_on_demand_reads_nothing_ahead_and_reads_in_the_pool():
@@ -349,11 +319,11 @@ def test_on_demand_reads_nothing_ahead_and_reads_in_the_pool():
     _scripted(it, SCRIPTS["on demand"])
     for i in range(3000):
         assert next(it) == i
-        last, _ = src.calls[-1]
+        last = src.calls[-1]
         assert last[0] <= i <= last[-1]
-    assert src.calls[0] == ([0], threading.main_thread().name)
-    assert all(name.startswith("grain_core-read") for _, name in src.calls[1:])
-    assert max(len(idx) for idx, _ in src.calls) > 1  # chunks, not single elements
+    assert (src.calls[0], src.readers[0]) == ([0], threading.main_thread().name)
+    assert all(name.startswith("grain_core-read") for name in src.readers[1:])
+    assert max(len(idx) for idx in src.calls) > 1  # chunks, not single elements
     it.close()
 
 
@@ -372,34 +342,7 @@ def test_reading_ahead_reads_ahead():
 @pytest.mark.parametrize("script", ["on demand", "flip every step"])
 def test_slow_element_does_not_hold_back_finished_earlier_ones(script):
     """As tests/test_chunks.py's test of the same name, with the policy reading on demand."""
-    release = threading.Event()
-    guard = threading.Timer(120, release.set)
-    guard.daemon = True
-
-    def f(x):
-        if x == 35:
-            release.wait()
-        return x
-
-    ds = (
-        grain.MapDataset.range(100)
-        .map(f)
-        .to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=64))
-    )
-    it = iter(ds)
-    _scripted(it, SCRIPTS[script])
-    guard.start()
-    try:
-        got = [next(it) for _ in range(35)]
-        released_by_guard = release.is_set()
-        release.set()
-        got += list(it)
-    finally:
-        guard.cancel()
-        release.set()
-        it.close()
-    assert not released_by_guard, "elements 0..34 were held back behind the slow element 35"
-    assert got == list(range(100))
+    check_slow_element_does_not_hold_back(lambda it: _scripted(it, SCRIPTS[script]))
 
 
 def _work(x):
