@@ -337,9 +337,10 @@ class _MixedIterator(DatasetIterator):
         read = self._read
         if i < len(read):
             out = read[i : i + max_elements]
+            self._served = i + len(out)
         else:
             out = self._read_more(max_elements)
-        self._served = i + len(out) if i < len(read) else len(out)
+            self._served = len(out)
         return out
 
     def _unread(self, count: int) -> None:

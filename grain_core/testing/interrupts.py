@@ -26,7 +26,7 @@ import os
 import signal
 import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import grain_core
@@ -139,20 +139,31 @@ def drain_with_interrupts(
 
     ``max_interrupts`` stops arming the interrupter after that many (default: no limit).
     """
-    out: list[Any] = []
     with Interrupter(packages, interval) as intr:
-        while True:
-            intr.armed = max_interrupts is None or intr.raised < max_interrupts
-            try:
-                x = next(it)
-            except KeyboardInterrupt:
-                continue
-            except StopIteration:
-                break
-            finally:
-                intr.armed = False
-            out.append(x)
+
+        def arm(on: bool) -> None:
+            intr.armed = on and (max_interrupts is None or intr.raised < max_interrupts)
+
+        out = _drain_retrying(it, arm)
     return out, intr.raised
+
+
+def _drain_retrying(it: Iterator[Any], arm: Callable[[bool], None] = lambda on: None) -> list[Any]:
+    """Reads ``it`` to its end, calling ``next()`` again after each ``KeyboardInterrupt``;
+    ``arm(True)`` before each call and ``arm(False)`` after it, however it ended."""
+    out: list[Any] = []
+    while True:
+        arm(True)
+        try:
+            x = next(it)
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            break
+        finally:
+            arm(False)
+        out.append(x)
+    return out
 
 
 class Injector:
@@ -197,15 +208,7 @@ class Injector:
 def drain_with_injected(it: Iterator[Any], injector: Injector) -> list[Any]:
     """Reads ``it`` to its end, calling ``next()`` again after each ``KeyboardInterrupt``; checks
     that ``injector`` raised at least one (else the blocking point was never reached)."""
-    out: list[Any] = []
-    while True:
-        try:
-            x = next(it)
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            break
-        out.append(x)
+    out = _drain_retrying(it)
     if injector.count == 0:
         raise AssertionError(
             f"{injector.name} was called {injector.calls} times and never interrupted: the test "
