@@ -408,6 +408,7 @@ _BYTES_1 = np.uint64(0x0101010101010101)  # the low bit of each byte of a packed
 _BYTES_LOW2 = np.uint64(0x0303030303030303)
 _BYTES_HIGH7 = np.uint64(0xFEFEFEFEFEFEFEFE)
 _BYTES_HIGH6 = np.uint64(0xFCFCFCFCFCFCFCFC)
+_U1, _U2, _U6, _U7 = (np.uint64(v) for v in (1, 2, 6, 7))
 _DOMAIN = np.arange(1 << 16, dtype=np.uint32)
 _DOMAIN_LEFT = (_DOMAIN >> 8).astype(np.uint8).view(np.uint64)  # each value's high byte, packed
 _DOMAIN_RIGHT = _DOMAIN.astype(np.uint8).view(np.uint64)  # each value's low byte, packed
@@ -435,22 +436,27 @@ def shuffle_tables(
     if not _WALK_MIN_SIZE <= n <= _WALK_MAX_SIZE:
         span = np.arange(n, dtype=np.int64)
         return np.stack([IndexShuffle(max_index, x, rounds)(span) for x in seeds])
-    out = np.empty((len(seeds), n), dtype=np.int64)
-    for lo in range(0, len(seeds), _WALK_TABLES):
-        out[lo : lo + _WALK_TABLES] = _walk_tables(max_index, seeds[lo : lo + _WALK_TABLES], rounds)
-    return out
+    return _walk_tables(max_index, seeds, rounds)
 
 
-def _simon_f8_packed(x: np.ndarray) -> np.ndarray:
+def _simon_f8_packed(x: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
     """Simon's round function on every byte of the uint64 words ``x`` (8 bytes per word):
-    ``(rotl(b, 1) & b) ^ rotl(b, 2)`` (``rotl(b, 8)`` of an 8-bit word is ``b``)."""
-    r1 = (x << np.uint64(1)) & _BYTES_HIGH7
-    r1 |= (x >> np.uint64(7)) & _BYTES_1
-    r2 = (x << np.uint64(2)) & _BYTES_HIGH6
-    r2 |= (x >> np.uint64(6)) & _BYTES_LOW2
-    r1 &= x
-    r1 ^= r2
-    return r1
+    ``(rotl(b, 1) & b) ^ rotl(b, 2)`` (``rotl(b, 8)`` of an 8-bit word is ``b``), written into
+    ``out`` (``tmp`` is scratch of the same shape). In place: fresh temporaries of these sizes
+    cost more in page faults than the arithmetic."""
+    np.left_shift(x, _U1, out=out)
+    out &= _BYTES_HIGH7
+    np.right_shift(x, _U7, out=tmp)
+    tmp &= _BYTES_1
+    out |= tmp
+    out &= x
+    np.left_shift(x, _U2, out=tmp)  # rotl(b, 2) in two disjoint parts, each xored in
+    tmp &= _BYTES_HIGH6
+    out ^= tmp
+    np.right_shift(x, _U6, out=tmp)
+    tmp &= _BYTES_LOW2
+    out ^= tmp
+    return out
 
 
 def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarray:
@@ -458,42 +464,58 @@ def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarra
     Feistel halves, eight per uint64 word), then walk each in-range start's cycle until it lands
     in range.
 
-    The cipher table holds *global* positions (table number times 65,536 plus the value), so a
-    walk step is one gather; in-range values map to themselves, so a landed walk stays put.
+    Seeds go in groups of ``_WALK_TABLES`` through buffers allocated once per call and reused
+    (about 6 MiB for a group of 8: the cipher halves, two scratch words, the step table); every
+    operation writes in place. The step table holds *global* positions (table number times
+    65,536 plus the value, built byte by byte: value bytes, then the table number), so a walk step
+    is one gather over the group; in-range values map to themselves, so a landed walk stays put.
     """
-    w = len(seeds)
-    keys = np.array([[k & 0xFF for k in _seed_seq_words(x, rounds)] for x in seeds], np.uint64)
-    keys *= _BYTES_1  # each key byte repeated over a word
-    left = np.empty((w, _DOMAIN_LEFT.size), np.uint64)
-    left[:] = _DOMAIN_LEFT
-    right = np.empty((w, _DOMAIN_RIGHT.size), np.uint64)
-    right[:] = _DOMAIN_RIGHT
-    for i in range(0, rounds, 2):
-        left ^= _simon_f8_packed(right)
-        left ^= keys[:, i : i + 1]
-        right ^= _simon_f8_packed(left)
-        right ^= keys[:, i + 1 : i + 2]
-    jump = left.view(np.uint8).reshape(w, 1 << 16).astype(np.int64)
-    jump <<= 8
-    jump |= right.view(np.uint8).reshape(w, 1 << 16)
-    del left, right
     n = max_index + 1
-    base = (np.arange(w, dtype=np.int64) << 16)[:, None]
-    jump += base
-    out = jump[:, :n].reshape(-1).copy()  # each in-range index's first cipher step
-    jump[:, :n] = base + np.arange(n, dtype=np.int64)
-    flat = jump.reshape(-1)
-    pend = np.flatnonzero((out & 0xFFFF) >= n)
-    vals = out[pend]
-    while pend.size:
-        for _ in range(16):  # several steps between compactions: fewer numpy calls
-            vals = flat.take(vals)
-        done = (vals & 0xFFFF) < n
-        out[pend[done]] = vals[done]
-        keep = ~done
-        pend, vals = pend[keep], vals[keep]
+    count = len(seeds)
+    group = min(_WALK_TABLES, count)
+    words = _DOMAIN_LEFT.size
+    left = np.empty((group, words), np.uint64)
+    right = np.empty((group, words), np.uint64)
+    f = np.empty((group, words), np.uint64)
+    tmp = np.empty((group, words), np.uint64)
+    jump = np.zeros((group, 1 << 16), np.int64)
+    jump_bytes = jump.view(np.uint8).reshape(group, 1 << 16, 8)
+    jump_bytes[:, :, 2] = np.arange(group, dtype=np.uint8)[:, None]  # the table number
+    base = (np.arange(group, dtype=np.int64) << 16)[:, None]
+    fixed = base + np.arange(n, dtype=np.int64)  # in-range values: themselves
+    out = np.empty((count, n), np.int64)
+    for lo in range(0, count, group):
+        w = min(group, count - lo)
+        keys = np.array(
+            [[k & 0xFF for k in _seed_seq_words(x, rounds)] for x in seeds[lo : lo + w]], np.uint64
+        )
+        keys *= _BYTES_1  # each key byte repeated over a word
+        lw, rw, fw, tw = left[:w], right[:w], f[:w], tmp[:w]
+        lw[:] = _DOMAIN_LEFT
+        rw[:] = _DOMAIN_RIGHT
+        for i in range(0, rounds, 2):
+            lw ^= _simon_f8_packed(rw, fw, tw)
+            lw ^= keys[:, i : i + 1]
+            rw ^= _simon_f8_packed(lw, fw, tw)
+            rw ^= keys[:, i + 1 : i + 2]
+        jump_bytes[:w, :, 0] = rw.view(np.uint8).reshape(w, 1 << 16)
+        jump_bytes[:w, :, 1] = lw.view(np.uint8).reshape(w, 1 << 16)
+        res = out[lo : lo + w]
+        res[:] = jump[:w, :n]  # each in-range index's first cipher step
+        jump[:w, :n] = fixed[:w]
+        flat = jump[:w].reshape(-1)
+        step = res.reshape(-1)
+        pend = np.flatnonzero((step & 0xFFFF) >= n)
+        vals = step[pend]
+        while pend.size:
+            for _ in range(16):  # several steps between compactions: fewer numpy calls
+                vals = flat.take(vals, mode="wrap")  # all in range: wrap skips the checks
+            done = (vals & 0xFFFF) < n
+            step[pend[done]] = vals[done]
+            keep = ~done
+            pend, vals = pend[keep], vals[keep]
     out &= 0xFFFF
-    return out.reshape(w, n)
+    return out
 
 
 def index_shuffle(index: int, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS) -> int:

@@ -30,6 +30,8 @@ __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
 
 #: Window orders computed at once by the iterator (after a start or restore: 1, 2, 4, ...).
 _MAX_BATCH = 32
+#: ... and at most this many order entries held at once (int64: 1 MiB).
+_MAX_TABLE_INTS = 1 << 17
 
 
 def _check_window_size(window_size: Any, where: str) -> int:
@@ -170,6 +172,15 @@ class WindowShuffleIterDataset(OneParentIterDataset):
 
 
 class _WindowShuffleIterator(OneParentIterator):
+    """Serves one window at a time from a list already in emission order.
+
+    Held in memory: the buffered window (at most ``window_size`` elements, read from the parent
+    in chunks of up to the window's remaining size), the elements of a window whose read was
+    interrupted (kept so nothing is lost, up to ``window_size``), and the orders of at most
+    ``_MAX_BATCH`` upcoming full windows as one int64 array (capped at ``_MAX_TABLE_INTS``
+    entries), computed together by :func:`grain_core.seeds.shuffle_tables`.
+    """
+
     kind = "WindowShuffleIterDataset"
 
     def __init__(self, parent: grain.DatasetIterator, window: int, seed: int):
@@ -179,67 +190,88 @@ class _WindowShuffleIterator(OneParentIterator):
         self._seed = seed
         self._start_state: Any = None  # parent state at the start of the buffered window
         self._index = 0  # number of the buffered window, or of the next one when none is buffered
-        self._buf: list[Any] = []
-        self._pos = 0
+        self._buf: list[Any] = []  # the buffered window, in emission order
+        self._end = 0  # len(self._buf)
+        self._pos = 0  # elements of the buffered window emitted
         self._exhausted = False
-        # Orders of upcoming full windows, computed several at a time (window number -> order).
-        self._orders: dict[int, list[int]] = {}
-        self._batch = 1  # windows per computation: 1, 2, 4, ... up to _MAX_BATCH
+        # A window read cut short by an exception (e.g. KeyboardInterrupt): its elements so far
+        # and the parent state before them; the next read continues it.
+        self._reading: tuple[list[Any], Any] | None = None
+        # Orders of upcoming full windows: row j is window self._tables_first + j.
+        self._tables: np.ndarray | None = None
+        self._tables_first = 0
+        self._batch = 1  # windows per computation: 1, 2, 4, ... up to the cap
 
-    def _order(self, length: int) -> list[int]:
-        """The emission order of window ``self._index`` holding ``length`` elements."""
-        k = self._index
+    def _order(self, k: int, length: int) -> list[int]:
+        """The emission order of window ``k`` holding ``length`` elements."""
         if length != self._size:  # the last, partial window
             perm = window_permutation(length, self._seed, k)
             return perm(np.arange(length))[::-1].tolist()
-        order = self._orders.pop(k, None)
-        if order is None:
+        tables, row = self._tables, k - self._tables_first
+        if tables is None or not 0 <= row < len(tables):
             count = self._batch
-            self._batch = min(2 * count, _MAX_BATCH)
+            self._batch = min(2 * count, _MAX_BATCH, max(1, _MAX_TABLE_INTS // length))
             tables = _seeds.shuffle_tables(
                 length - 1, [(self._seed + k + j) % 2**32 for j in range(count)]
             )
-            self._orders = {k + j: tables[j, ::-1].tolist() for j in range(1, count)}
-            order = tables[0, ::-1].tolist()
-        return order
+            self._tables, self._tables_first, row = tables, k, 0
+        return tables[row, ::-1].tolist()
 
-    def _fill(self) -> None:
+    def _next_window(self):
+        """Reads the next window and returns its first element (the per-element path's slow
+        branch); raises ``StopIteration`` at the end."""
+        if self._exhausted:
+            raise StopIteration
         parent = self._parent
-        self._start_state = parent.get_state()
-        items: list[Any] = []
+        if self._reading is None:
+            self._reading = ([], parent.get_state())
+        items, start_state = self._reading
         try:
             while len(items) < self._size:
                 items += parent.next_chunk(self._size - len(items))
         except StopIteration:
             self._exhausted = True
+        k = self._index + (1 if self._end else 0)
         if not items:
-            self._buf, self._pos = [], 0
-            return
-        self._buf = list(map(items.__getitem__, self._order(len(items))))
-        self._pos = 0
+            self._reading = None
+            raise StopIteration
+        buf = list(map(items.__getitem__, self._order(k, len(items))))
+        end = len(buf)
+        # Plain stores from here on: nothing an interrupt could split.
+        self._buf = buf
+        self._end = end
+        self._pos = 1
+        self._index = k
+        self._start_state = start_state
+        self._reading = None
+        return buf[0]
 
     def __next__(self):
         pos = self._pos
-        buf = self._buf
-        if pos < len(buf):
+        if pos < self._end:
             self._pos = pos + 1
-            return buf[pos]
-        if self._exhausted:
-            raise StopIteration
-        if buf:
-            self._index += 1
-        self._fill()
-        if not self._buf:
-            raise StopIteration
-        self._pos = 1
-        return self._buf[0]
+            return self._buf[pos]
+        return self._next_window()
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        """The rest of the buffered window, up to ``max_elements`` elements (a slice: no
+        per-element work); reads the next window first when this one is all emitted."""
+        pos = self._pos
+        if pos >= self._end:
+            self._next_window()
+            pos = 0
+        stop = min(self._end, pos + max(1, max_elements))
+        chunk = self._buf[pos:stop]
+        self._pos = stop
+        return chunk
 
     def get_state(self):
-        if self._buf and self._pos < len(self._buf):
+        if self._pos < self._end:
             parent, index, emitted = self._start_state, self._index, self._pos
         else:
-            parent = self._parent.get_state()
-            index, emitted = self._index + (1 if self._buf else 0), 0
+            reading = self._reading
+            parent = self._parent.get_state() if reading is None else reading[1]
+            index, emitted = self._index + (1 if self._end else 0), 0
         return _state.make_state(
             self.kind,
             parent=parent,
@@ -261,15 +293,19 @@ class _WindowShuffleIterator(OneParentIterator):
     def restore_state(self, state):
         self._parent.set_state(state["parent"])
         self._index = int(state["window"])
-        self._buf, self._pos, self._exhausted = [], 0, False
-        self._orders, self._batch = {}, 1
+        self._buf, self._end, self._pos, self._exhausted = [], 0, 0, False
+        self._reading = None
+        self._tables, self._batch = None, 1
         emitted = int(state["emitted"])
         if emitted:
-            self._fill()
-            if emitted > len(self._buf):
+            try:
+                self._next_window()
+            except StopIteration:
+                pass
+            if emitted > self._end:
                 raise _state.StateMismatchError(
                     f"WindowShuffleIterDataset state says {emitted} elements of window "
-                    f"{self._index} were emitted, but the parent yields only {len(self._buf)}: the "
+                    f"{self._index} were emitted, but the parent yields only {self._end}: the "
                     "state comes from a different pipeline."
                 )
             self._pos = emitted
