@@ -459,6 +459,15 @@ def _simon_f8_packed(x: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> np.ndar
     return out
 
 
+def _round1_left() -> np.ndarray:
+    out, tmp = np.empty_like(_DOMAIN_RIGHT), np.empty_like(_DOMAIN_RIGHT)
+    return _DOMAIN_LEFT ^ _simon_f8_packed(_DOMAIN_RIGHT, out, tmp)
+
+
+# Round 1's left half before its key: the same for every seed (the right half is the domain's).
+_DOMAIN_LEFT_ROUND1 = _round1_left()
+
+
 def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarray:
     """:func:`shuffle_tables` for 16-bit blocks: encrypt all 65,536 values of every table (8-bit
     Feistel halves, eight per uint64 word), then walk each in-range start's cycle until it lands
@@ -491,11 +500,12 @@ def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarra
         )
         keys *= _BYTES_1  # each key byte repeated over a word
         lw, rw, fw, tw = left[:w], right[:w], f[:w], tmp[:w]
-        lw[:] = _DOMAIN_LEFT
+        np.bitwise_xor(_DOMAIN_LEFT_ROUND1, keys[:, 0:1], out=lw)  # round 1's left half
         rw[:] = _DOMAIN_RIGHT
         for i in range(0, rounds, 2):
-            lw ^= _simon_f8_packed(rw, fw, tw)
-            lw ^= keys[:, i : i + 1]
+            if i:
+                lw ^= _simon_f8_packed(rw, fw, tw)
+                lw ^= keys[:, i : i + 1]
             rw ^= _simon_f8_packed(lw, fw, tw)
             rw ^= keys[:, i + 1 : i + 2]
         jump_bytes[:w, :, 0] = rw.view(np.uint8).reshape(w, 1 << 16)
@@ -508,11 +518,10 @@ def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarra
         pend = np.flatnonzero((step & 0xFFFF) >= n)
         vals = step[pend]
         while pend.size:
-            for _ in range(16):  # several steps between compactions: fewer numpy calls
+            for _ in range(24):  # several steps between compactions: fewer numpy calls
                 vals = flat.take(vals, mode="wrap")  # all in range: wrap skips the checks
-            done = (vals & 0xFFFF) < n
-            step[pend[done]] = vals[done]
-            keep = ~done
+            step[pend] = vals  # final for the landed walks, overwritten later for the others
+            keep = (vals & 0xFFFF) >= n
             pend, vals = pend[keep], vals[keep]
     out &= 0xFFFF
     return out
