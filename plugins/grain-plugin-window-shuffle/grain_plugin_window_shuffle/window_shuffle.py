@@ -202,11 +202,11 @@ class _WindowShuffleIterator(OneParentIterator):
         self._tables_first = 0
         self._batch = 1  # windows per computation: 1, 2, 4, ... up to the cap
 
-    def _order(self, k: int, length: int) -> list[int]:
+    def _order(self, k: int, length: int) -> np.ndarray:
         """The emission order of window ``k`` holding ``length`` elements."""
         if length != self._size:  # the last, partial window
             perm = window_permutation(length, self._seed, k)
-            return perm(np.arange(length))[::-1].tolist()
+            return perm(np.arange(length))[::-1]
         tables, row = self._tables, k - self._tables_first
         if tables is None or not 0 <= row < len(tables):
             count = self._batch
@@ -215,7 +215,7 @@ class _WindowShuffleIterator(OneParentIterator):
                 length - 1, [(self._seed + k + j) % 2**32 for j in range(count)]
             )
             self._tables, self._tables_first, row = tables, k, 0
-        return tables[row, ::-1].tolist()
+        return tables[row, ::-1]
 
     def _next_window(self):
         """Reads the next window and returns its first element (the per-element path's slow
@@ -235,7 +235,10 @@ class _WindowShuffleIterator(OneParentIterator):
         if not items:
             self._reading = None
             raise StopIteration
-        buf = list(map(items.__getitem__, self._order(k, len(items))))
+        order = self._order(k, len(items))
+        # Reordered by one numpy gather over the elements as an object array (references only:
+        # the elements themselves are neither copied nor converted).
+        buf = np.fromiter(items, dtype=object, count=len(items))[order].tolist()
         end = len(buf)
         # Plain stores from here on: nothing an interrupt could split.
         self._buf = buf
