@@ -33,3 +33,27 @@ def test_bad_input():
     with pytest.raises(ValueError):
         seeds.shuffle_tables(10, [-1])
     assert seeds.shuffle_tables(10, []).shape == (0, 11)
+
+
+@pytest.mark.parametrize("max_index", [255, 999, 16383])
+@pytest.mark.parametrize("count", [1, 8, 13, 40])
+def test_every_row_of_every_pass(max_index, count):
+    # The walk path runs seeds in passes of eight tables through reused buffers: a first pass
+    # smaller than eight, exact passes, and a short last pass must each give every row exactly.
+    chosen = [(7919 * i + max_index) % 2**32 for i in range(count)]
+    tables = seeds.shuffle_tables(max_index, chosen)
+    span = np.arange(max_index + 1)
+    for row, seed in zip(tables, chosen):
+        np.testing.assert_array_equal(row, seeds.IndexShuffle(max_index, seed)(span))
+
+
+@pytest.mark.parametrize("rounds", [4, 6, 8])
+def test_rounds(rounds):
+    # Round 1 is precomputed for every seed (it depends on the seed only through its key byte).
+    chosen = [1, 2**31, 12345]
+    tables = seeds.shuffle_tables(999, chosen, rounds=rounds)
+    span = np.arange(1000)
+    for row, seed in zip(tables, chosen):
+        np.testing.assert_array_equal(row, seeds.IndexShuffle(999, seed, rounds)(span))
+    if rounds != 4:
+        assert not np.array_equal(tables, seeds.shuffle_tables(999, chosen))
