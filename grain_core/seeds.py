@@ -422,10 +422,10 @@ def shuffle_tables(
     seeds[r], rounds)(np.arange(max_index + 1))``.
 
     Many seeds at once is much cheaper than one table per seed where ``max_index`` uses a 16-bit
-    block (``max_index <= 65536``, e.g. window shuffles): the cipher runs over several tables in
+    block (``max_index <= 65536``, e.g. window shuffles): the cipher runs over eight tables in
     one vectorised pass and every index walks its cipher cycle until it lands in range, all those
     tables in the same numpy calls (for 256 to 16,384 indices; other sizes use
-    :class:`IndexShuffle` per seed).
+    :class:`IndexShuffle` per seed). Memory: the result plus about 6 MiB of working buffers.
     """
     max_index = operator.index(max_index)
     seeds = [validate_seed(x) for x in seeds]
