@@ -220,17 +220,19 @@ class _WindowShuffleIterator(OneParentIterator):
     def _next_window(self):
         """Reads the next window and returns its first element (the per-element path's slow
         branch); raises ``StopIteration`` at the end."""
-        if self._exhausted:
-            raise StopIteration
         parent = self._parent
-        if self._reading is None:
-            self._reading = ([], parent.get_state())
-        items, start_state = self._reading
-        try:
-            while len(items) < self._size:
-                items += parent.next_chunk(self._size - len(items))
-        except StopIteration:
-            self._exhausted = True
+        reading = self._reading
+        if reading is None:
+            if self._exhausted:
+                raise StopIteration
+            reading = self._reading = ([], parent.get_state())
+        items, start_state = reading
+        if not self._exhausted:  # (else an interrupt came after the last window was read)
+            try:
+                while len(items) < self._size:
+                    items += parent.next_chunk(self._size - len(items))
+            except StopIteration:
+                self._exhausted = True
         k = self._index + (1 if self._end else 0)
         if not items:
             self._reading = None

@@ -201,3 +201,26 @@ def test_iter_next_chunk_serves_slices_of_the_window(size):
     for c in chunks:
         assert 1 <= len(c) <= size and pos // 8 == (pos + len(c) - 1) // 8
         pos += len(c)
+
+
+def test_iter_interrupt_while_ordering_the_last_window_loses_nothing():
+    # The parent is exhausted while the last, partial window is read; a KeyboardInterrupt while
+    # its order is computed must not drop the elements already read.
+    from grain_plugin_window_shuffle import window_shuffle
+
+    def make():
+        return grain.experimental.WindowShuffleIterDataset(_Chunks(20), window_size=8, seed=1)
+
+    expected = list(make())
+    it = iter(make())
+    out = [next(it) for _ in range(16)]
+    with testing.Injector(window_shuffle, "window_permutation", every=1) as injector:
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+    assert injector.count == 1
+    state = it.get_state()
+    out += list(it)
+    assert out == expected
+    resumed = iter(make())
+    resumed.set_state(state)
+    assert list(resumed) == expected[16:]
