@@ -210,11 +210,14 @@ class _WindowShuffleIterator(OneParentIterator):
         tables, row = self._tables, k - self._tables_first
         if tables is None or not 0 <= row < len(tables):
             count = self._batch
-            self._batch = min(2 * count, _MAX_BATCH, max(1, _MAX_TABLE_INTS // length))
+            # Retried with one window if cut short (a KeyboardInterrupt): Ctrl-C pressed faster
+            # than a batch completes must still let iteration progress.
+            self._batch = 1
             tables = _seeds.shuffle_tables(
                 length - 1, [(self._seed + k + j) % 2**32 for j in range(count)]
             )
             self._tables, self._tables_first, row = tables, k, 0
+            self._batch = min(2 * count, _MAX_BATCH, max(1, _MAX_TABLE_INTS // length))
         return tables[row, ::-1]
 
     def _next_window(self):
