@@ -116,9 +116,22 @@ class _ChunkedOneToOne(_OneParentIterator):
 
     def get_state(self):
         held = self._held
-        if held is None:
-            return super().get_state()
-        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+        if held is not None:
+            return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+        if self._pending is not None:
+            self._give_back_pending()
+        return super().get_state()
+
+    def _give_back_pending(self) -> None:
+        """Moves the parent back over the failing element whose error is pending (consumed when
+        it is raised), so the state is the position after the last element returned; the error
+        is raised again, not recomputed, when that element is reached."""
+        assert self._pending is not None
+        replay = [_Raise(self._pending), *self._replay]
+        unread(self._parent, 1)  # then plain assignments only: all or nothing
+        self._pending = None
+        self._replay = replay
+        self._count -= 1
 
     def _where(self) -> str:
         return _stage_name(self.kind, self._fn)
@@ -752,7 +765,7 @@ def _replayed_verdicts(chunk: list[Any], replay: list[Any], fn: Any, out: list[A
 def _truth_failure(chunk: list[Any], verdicts: list[Any]) -> tuple[list[Any], int, Exception]:
     """The accepted elements before the first verdict whose truth value raises, its index and
     the error (which ``bool(verdict)`` raises in element-wise reading)."""
-    kept = []
+    kept: list[Any] = []
     for k, v in enumerate(verdicts):
         try:
             keep = bool(v)
