@@ -462,17 +462,20 @@ def test_mix_state_is_the_position_after_the_last_element_returned(seed):
     assert list(it) == []
 
 
-def _random_filter(seed, opaque, bad=(), bad_keep=(), untruthy=(), stop=(), calls=None):
+def _random_filter(
+    seed, opaque, bad=(), bad_keep=(), untruthy=(), stop=(), stop_keep=(), calls=None
+):
     """``range(n).to_iter_dataset(opts).map(f).filter(keep)``: ``f`` raises ``Boom`` for the
     indices in ``bad`` and a ``KeyboardInterrupt`` (once) for those in ``stop``; ``keep`` raises
-    ``Boom`` for ``bad_keep`` and returns an array (whose truth value raises ``ValueError``) for
-    ``untruthy``. With ``opaque`` the filter's input cannot move back (element-wise reading, the
+    ``Boom`` for ``bad_keep``, a ``KeyboardInterrupt`` (once) for ``stop_keep`` and returns an
+    array (whose truth value raises ``ValueError``) for ``untruthy``. With ``opaque`` the filter's input cannot move back (element-wise reading, the
     reference)."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(40, 400))
     m = int(rng.integers(2, 6))
     opts = ALL_OPTIONS[seed % len(ALL_OPTIONS)]
     armed = set(stop)
+    armed_keep = set(stop_keep)
 
     def f(i):
         if i in bad:
@@ -485,6 +488,9 @@ def _random_filter(seed, opaque, bad=(), bad_keep=(), untruthy=(), stop=(), call
     def keep(x):
         if calls is not None:
             calls.append(x)
+        if x // 3 in armed_keep:
+            armed_keep.discard(x // 3)
+            raise KeyboardInterrupt
         if x // 3 in bad_keep:
             raise Boom(x)
         if x // 3 in untruthy:
@@ -534,13 +540,14 @@ def test_filter_state_is_the_position_after_the_last_element_returned(seed):
     interrupts), its state equals the state of element-wise reading, and a fresh pipeline restored
     to it gives exactly the rest of an element-wise run, errors included."""
     faults = _filter_faults(seed)
-    stop = {int(i) for i in np.random.default_rng(800 + seed).integers(0, 400, size=2)}
+    stops = np.random.default_rng(800 + seed).integers(0, 400, size=12).tolist()
+    stop, stop_keep = set(stops[:3]), set(stops[3:])
     rng = np.random.default_rng(900 + seed)
-    it = iter(_random_filter(seed, False, stop=stop, **faults))
-    ref = iter(_random_filter(seed, True, stop=stop, **faults))
+    it = iter(_random_filter(seed, False, stop=stop, stop_keep=stop_keep, **faults))
+    ref = iter(_random_filter(seed, True, stop=stop, stop_keep=stop_keep, **faults))
     done = False
     while not done:
-        k = int(rng.integers(1, 12))
+        k = 1 if rng.random() < 0.4 else int(rng.integers(2, 12))
         try:
             if k == 1:
                 got = [_retrying(lambda: next(it))]

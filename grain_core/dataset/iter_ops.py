@@ -93,7 +93,9 @@ class _ChunkedOneToOne(_OneParentIterator):
     Its ``_count`` is the number of elements returned; an exception from the function gets a note
     naming the element (the context ``mp_prefetch`` workers give too). On an ``Exception`` the
     failing element is consumed (as with ``next()``) and the elements before it in the chunk are
-    returned first; on any other ``BaseException`` (``KeyboardInterrupt``) nothing of the chunk is
+    returned first (a ``get_state()`` before the error is raised gives the failing element back,
+    to be raised again when reached, so the state is the position after the last element
+    returned); on any other ``BaseException`` (``KeyboardInterrupt``) nothing of the chunk is
     consumed, so continuing yields exactly the remaining elements."""
 
     one_to_one = True
@@ -511,6 +513,7 @@ class _FilterIterator(_OneParentIterator):
         self._error: Exception | None = None
         self._replay: list[Any] = []  # verdicts of the next parent elements (given back before)
         self._step = 1  # accepted elements the next read aims at (doubling up to _MAX_AHEAD)
+        self._since = 0  # elements returned since the latest get_state(), less self._served
         self._elem_bytes = 0  # bytes of an accepted element, as last measured
         # A parent that cannot move back: the element whose test was interrupted and the
         # parent's state before it (see _ChunkedOneToOne).
@@ -528,6 +531,8 @@ class _FilterIterator(_OneParentIterator):
         if s < len(kept):
             self._served = s + 1
             return kept[s]
+        if self._step == 1 and self._error is None:
+            return self._next_direct()
         return self._read(1)[0]
 
     def next_chunk(self, max_elements: int) -> list[Any]:
@@ -563,6 +568,7 @@ class _FilterIterator(_OneParentIterator):
             e = self._error
             self._verdicts, self._kept, self._served, self._error = [], [], 0, None
             raise e
+        self._since += self._served
         step = self._step
         if step < self._MAX_AHEAD:
             self._step = 2 * step
@@ -599,6 +605,47 @@ class _FilterIterator(_OneParentIterator):
             out = kept[:n]
             self._served = len(out)
             return out
+
+    def _next_direct(self):
+        """``next()`` reading the parent one element at a time, without reading ahead: after a
+        start or restore, and while states are taken after every element (where a surplus would
+        only be given back each time). The next read reads ahead (two elements)."""
+        fn, parent = self._fn, self._parent
+        self._since += self._served
+        self._verdicts, self._kept, self._served = [], [], 0
+        self._step = 2
+        while True:
+            x = parent.__next__()  # not next(): no interrupt between its return and `try`
+            replay = self._replay
+            try:
+                if replay:  # a verdict remembered from a give-back (or the error it raised)
+                    v = replay[0]
+                    if isinstance(v, _Raise):
+                        raise v.error
+                    keep = bool(v)
+                else:
+                    keep = bool(fn(x))
+            except BaseException as e:
+                _error_note(e, _stage_name(self.kind, fn), self._tested)
+                if not isinstance(e, Exception):  # interrupted: the element goes back
+                    unread(parent, 1)
+                    raise
+                if replay:  # consumed, as in Grain
+                    del replay[0]
+                self._tested += 1
+                raise
+            self._tested += 1  # the commit: plain statements until the count
+            if keep:
+                self._verdicts, self._kept = [True], [x]
+            if replay:
+                del replay[0]
+            else:
+                self._seen_total += 1
+                self._kept_total += keep
+                self._count_one(keep)  # may raise: an accepted element stays in _kept
+            if keep:
+                self._served = 1
+                return x
 
     def _failed(
         self, chunk: list[Any], verdicts: list[Any], replay: list[Any], e: BaseException, n: int
@@ -674,8 +721,6 @@ class _FilterIterator(_OneParentIterator):
         """Moves the parent back over the elements of the latest chunk after the last one returned
         (after the first accepted one if none was), remembering their verdicts."""
         verdicts, kept, s, error = self._verdicts, self._kept, self._served, self._error
-        if s == len(kept) and error is None and (not s or verdicts[-1]):
-            return  # nothing read past the last element returned
         positions = list(itertools.compress(range(len(verdicts)), verdicts))
         p = positions[s - 1] + 1 if s else (positions[0] if positions else len(verdicts))
         back = len(verdicts) - p + (error is not None)
@@ -694,15 +739,22 @@ class _FilterIterator(_OneParentIterator):
         held = self._held
         if held is not None:
             return _state.make_state(self.kind, parent=held[1], **self._extra_state())
-        self._give_back()
-        return super().get_state()
+        verdicts, s = self._verdicts, self._served
+        if s < len(self._kept) or self._error is not None or (verdicts and not verdicts[-1]):
+            self._give_back()
+        # States taken every k elements (by thread_prefetch or device_put after each element, by
+        # a training loop after each step): read about k ahead, so each give-back stays small.
+        since = self._since + s
+        self._step = since if 0 < since < self._MAX_AHEAD else (1 if since <= 0 else self._MAX_AHEAD)
+        self._since = -s
+        return _state.make_state(self.kind, parent=self._parent.get_state())
 
     def _set_extra_state(self, state):
         self._held = None
         self._error = None
         self._replay = []
         self._verdicts, self._kept, self._served = [], [], 0
-        self._step = 1
+        self._step, self._since = 1, 0
 
     # --- the drop-ratio check -----------------------------------------------------------------
 
@@ -742,7 +794,7 @@ class _FilterIterator(_OneParentIterator):
         self._seen += 1
         if not keep:
             self._dropped += 1
-        if self._seen >= max(1, (self._options or _DEFAULT_OPTIONS).filter_check_min_elements):
+        if self._seen >= (self._options or _DEFAULT_OPTIONS).filter_check_min_elements:
             seen, dropped = self._seen, self._dropped
             self._seen = self._dropped = 0
             self._check.record(dropped, seen, self._options)
