@@ -476,11 +476,15 @@ class _FilterIterator(_OneParentIterator):
     chunks, so it may return fewer than asked at a chunk's end). ``get_state()`` first gives the
     parent back (``_unread``) the elements read after the last one returned, remembering their
     verdicts (and the error of a failing one) so that no element is tested twice: the state is
-    always the position after the last element returned, as with element-wise reading. Reads grow
-    from one accepted element (after a start or restore) to ``_MAX_AHEAD``, about ``_CHUNK_BYTES``
-    bytes (measured on accepted elements), and at most ``_MAX_ASK`` parent elements; a
-    ``next_chunk(n)`` read covers at least ``n`` accepted elements (as estimated from the fraction
-    accepted so far).
+    always the position after the last element returned, as with element-wise reading.
+
+    **How far ahead.** Reads aim at 1, 2, 4, ... accepted elements up to ``_MAX_AHEAD``, about
+    ``_CHUNK_BYTES`` bytes (measured on accepted elements) and at most ``_MAX_ASK`` parent
+    elements; a ``next_chunk(n)`` read covers at least ``n`` accepted elements (as estimated from
+    the fraction accepted so far). ``get_state()`` restarts the growth at the number of elements
+    returned since the previous state, so states taken every ``k`` elements (``thread_prefetch``
+    and ``device_put`` take one after each element) give back little; at 1 (and after a start or
+    restore) ``next()`` reads the parent one element at a time, with nothing to give back.
 
     **Errors and interrupts.** An ``Exception`` from ``fn`` consumes the failing element (as
     ``next()`` does in Grain): the accepted elements before it are served first, then it is
