@@ -587,16 +587,19 @@ class _FilterIterator(_OneParentIterator):
             chunk = parent.next_chunk(ask)
             replay = self._replay
             verdicts: list[Any] = []
-            try:  # nothing between the parent's return and here can be interrupted (no call)
+            # Nothing between the parent's return and `try` can be interrupted (a Python call
+            # returns without checking for signals); after `try`, nothing before the commit
+            # calls anything (a call to a builtin checks for signals when it returns).
+            try:
                 if replay:
                     _replayed_verdicts(chunk, replay, fn, verdicts)
                 else:
                     # C-level loop; on an exception `verdicts` holds the verdicts before it.
                     verdicts.extend(map(fn, chunk))
                 kept = list(itertools.compress(chunk, verdicts))
+                size = len(chunk)
             except BaseException as e:
                 return self._failed(chunk, verdicts, replay, e, n)
-            size = len(chunk)
             # The commit: plain assignments.
             self._replay = replay[size:] if replay else replay
             self._tested += size
@@ -705,6 +708,7 @@ class _FilterIterator(_OneParentIterator):
                 x = parent.__next__()  # not next(): no interrupt between its return and `try`
             try:
                 keep = bool(fn(x))
+                self._count_one(keep)  # (interrupted here, the element is tested again)
             except BaseException as e:
                 _error_note(e, _stage_name(self.kind, fn), self._tested)
                 if isinstance(e, Exception):  # consumed, as in Grain
@@ -713,9 +717,8 @@ class _FilterIterator(_OneParentIterator):
                 else:  # hold it, with the parent's state before it
                     self._held = (x, before)
                 raise
-            self._held = None  # the commit
+            self._held = None  # the commit: plain assignments, no call
             self._tested += 1
-            self._count_one(keep)
             if keep:
                 return x
 
