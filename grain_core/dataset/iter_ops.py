@@ -584,7 +584,12 @@ class _FilterIterator(_OneParentIterator):
             ask = self._ask(want)
             # The previous chunk is consumed to its end (plain assignments, then the call).
             self._verdicts, self._kept, self._served = [], [], 0
-            chunk = parent.next_chunk(ask)
+            try:
+                chunk = parent.next_chunk(ask)
+            except BaseException as e:
+                if not isinstance(e, Exception):  # interrupted: read little when called again
+                    self._step = 1
+                raise
             replay = self._replay
             verdicts: list[Any] = []
             # Nothing between the parent's return and `try` can be interrupted (a Python call
@@ -668,6 +673,7 @@ class _FilterIterator(_OneParentIterator):
             remembered = verdicts + replay[k:]
             unread(parent, size)
             self._replay = remembered
+            self._step = 1  # read little when called again (so a retry soon gets through)
             raise e
         # Verdicts known for the elements from the chunk's first on (a failing one as _Raise).
         if k < size:  # `fn` (or a remembered verdict) failed at element k
