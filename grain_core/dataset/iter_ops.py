@@ -490,7 +490,8 @@ class _FilterIterator(_OneParentIterator):
     ``next()`` does in Grain): the accepted elements before it are served first, then it is
     raised, at the element where element-wise reading raises it; the parent elements after it
     are given back. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``)
-    gives the whole chunk back (with the verdicts computed so far): nothing is lost. A parent that
+    gives the whole chunk back (with the verdicts computed so far): nothing is lost, and the next
+    read is small, so a retry soon gets through even under repeated interrupts. A parent that
     cannot move back is read one element at a time (an interrupted element is held, with the
     parent's state before it, until it is tested)."""
 
