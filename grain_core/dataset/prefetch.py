@@ -327,7 +327,8 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not ahead:
                 if not self._buffer:
                     stop = min(self._len, start + self._sync_chunk)
-                    fut = None if self._sync or self._cold else self._submit(start, stop)
+                    inline = self._sync or self._cold or self._policy.inline
+                    fut = None if inline else self._submit(start, stop)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
                     self._buffer += ((start, stop, fut, False),)
@@ -335,8 +336,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                 break
             if self._settle_at is None:
                 self._settle_at = start + budget
-                if self._restart_ahead:  # as after a (re)start: small chunks, a ramp
-                    self._chunk, self._ramp, self._restart_ahead = 1, 1, False
+                if self._restart_ahead:  # a ramp, from chunks as large as those read inline
+                    self._chunk = min(self._sync_chunk, self._chunk_limit(True))
+                    self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             stop = min(self._len, start + self._chunk)
@@ -362,6 +364,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut, ahead = self._buffer[0]
         items: Any
         lazy = False
+        waited: float | None = None  # how long reading it took (None: unknown, it failed)
         # The pool's chunk size learns from chunks read ahead and from the first chunk of a
         # (re)start (read by the caller); chunks read on demand leave it alone.
         sizes_pool = ahead or (fut is None and self._cold and not self._sync)
@@ -375,6 +378,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                     # A slow element: hand out what can be read without waiting for it.
                     items, lazy = _LazyChunk(self._ds, start, stop, fut), True
                     seconds = done = 0.0
+                    waited = self._slow_after()
+            if not lazy:
+                waited = seconds
             if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
@@ -411,9 +417,18 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._ramp = None
         now = time.perf_counter()
         last, self._step_from = self._step_from, now
-        if last is not None and consumed:
-            settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
-            self._policy.record(ReadStep(ahead, consumed, now - last, settled))
+        settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
+        measured = last is not None and consumed
+        read_seconds = None if ahead else waited
+        self._policy.record(
+            ReadStep(
+                ahead,
+                consumed if measured else 0,
+                now - last if measured and last is not None else 0.0,
+                settled,
+                read_seconds,
+            )
+        )
         if not self._policy.read_ahead:
             self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:

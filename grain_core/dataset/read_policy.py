@@ -56,12 +56,15 @@ class ReadStep:
     """One chunk made current: whether it was ``read_ahead`` (else read when asked for), and the
     ``elements`` (indices) the consumer went through in the ``seconds`` since the previous chunk
     was made current; ``settled`` False while reading ahead has not yet filled its buffer once
-    since it (re)started (the step is not measured, its time counts as the mode's cost)."""
+    since it (re)started (the step is not measured, its time counts as the mode's cost);
+    ``read_seconds``: how long reading the chunk made current took, when it was read while the
+    consumer waited (inline or on demand; None when it was read ahead)."""
 
     read_ahead: bool
     elements: int
     seconds: float
     settled: bool = True
+    read_seconds: float | None = None
 
 
 class ReadModePolicy:
@@ -72,17 +75,24 @@ class ReadModePolicy:
     MIN_SECONDS = 0.03
     EXPLORE_SECONDS = 0.01
     EXPLORE_STEPS = 2
-    FIRST_SKIP_STEPS = 4
+    FIRST_SKIP_STEPS = 2
     SKIP_STEPS = 2
     HISTORY = 3
-    FIRST_WINDOWS = 3
+    FIRST_WINDOWS = 2
     SWITCH_MARGIN = 1.25
     FIRST_BACKOFF = 8
     MAX_BACKOFF = 256
     DROP_FACTOR = 0.5
 
-    def __init__(self, read_ahead: bool = True):
+    INLINE_MAX_SECONDS = 0.01
+    INLINE_AGAIN_STEPS = 16
+
+    def __init__(self, read_ahead: bool = False):
         self.read_ahead = read_ahead
+        # Not reading ahead: whether the consumer reads the chunk itself (else a pool thread
+        # reads it while the consumer waits); see _note_read.
+        self.inline = False
+        self._quick_reads = 0  # chunks in a row read in under INLINE_MAX_SECONDS (not inline)
         self.phase = "first"  # "first", "second" (exploring), "keep", "probe"
         # elements/s of each mode's last windows, newest last
         self.windows: dict[bool, collections.deque[float]] = {
@@ -122,6 +132,7 @@ class ReadModePolicy:
     def record(self, step: ReadStep) -> None:
         """Takes one measurement; may change :attr:`read_ahead`."""
         self._started = True
+        self._note_read(step.read_seconds)
         self._since_switch += max(step.seconds, 0.0)
         if step.read_ahead != self.read_ahead or step.elements <= 0 or not step.settled:
             return
@@ -168,6 +179,18 @@ class ReadModePolicy:
                 self._switch(not mode)
             else:
                 self._reset_window()
+
+    def _note_read(self, seconds: float | None) -> None:
+        """Inline while chunks read when asked for take under ``INLINE_MAX_SECONDS``; after one
+        that took longer, in the pool until ``INLINE_AGAIN_STEPS`` in a row are that quick."""
+        if seconds is None:
+            return
+        if seconds >= self.INLINE_MAX_SECONDS:
+            self.inline, self._quick_reads = False, 0
+        elif not self.inline:
+            self._quick_reads += 1
+            if self._quick_reads >= self.INLINE_AGAIN_STEPS:
+                self.inline, self._quick_reads = True, 0
 
     def _keep(self, mode: bool, *, reset_backoff: bool, cost: float) -> None:
         if reset_backoff:
