@@ -239,6 +239,11 @@ def _check_rounds(rounds: Any) -> int:
     return r
 
 
+# At most this many indices are cycle-walked one by one on Python ints rather than as an array
+# (a numpy pass has a fixed cost of a few microseconds per operation, whatever the size).
+_SCALAR_WALK = 24
+
+
 class IndexShuffle:
     """Grain's ``index_shuffle`` as a reusable, vectorised bijection on ``[0, max_index]``.
 
@@ -259,6 +264,7 @@ class IndexShuffle:
         self.rounds = _check_rounds(rounds)
         self._half = _block_bits(max_index) // 2 if max_index else 8
         self._keys = _seed_seq_words(self.seed, self.rounds)
+        self._int_keys = tuple(k & ((1 << self._half) - 1) for k in self._keys)
 
     # The cipher, on Python ints and on uint64 arrays alike.
     def _encrypt(self, x: Any) -> Any:
@@ -318,10 +324,27 @@ class IndexShuffle:
             return 0
         if self._half == 8:
             return int(_small_table(self.max_index, self.seed, self.rounds)[i])
-        x = i
+        return self._walk_int(i)
+
+    def _walk_int(self, x: int) -> int:
+        """Cycle-walks one index on Python ints: encrypts ``x`` until it is in range."""
+        w = self._half
+        mask = (1 << w) - 1
+        keys = self._int_keys
+        top = self.max_index
         while True:
-            x = self._encrypt(x)
-            if x <= self.max_index:
+            left, right = (x >> w) & mask, x & mask
+            for i in range(0, len(keys), 2):
+                f = (((right << 1) & mask) | (right >> (w - 1))) & (
+                    ((right << 8) & mask) | (right >> (w - 8))
+                ) ^ (((right << 2) & mask) | (right >> (w - 2)))
+                left ^= f ^ keys[i]
+                f = (((left << 1) & mask) | (left >> (w - 1))) & (
+                    ((left << 8) & mask) | (left >> (w - 8))
+                ) ^ (((left << 2) & mask) | (left >> (w - 2)))
+                right ^= f ^ keys[i + 1]
+            x = (left << w) | right
+            if x <= top:
                 return x
 
     def _map_array(self, indices: np.ndarray) -> np.ndarray:
@@ -336,16 +359,24 @@ class IndexShuffle:
         if self._half == 8:
             table = _small_table(self.max_index, self.seed, self.rounds)
             return table[flat.astype(np.int64)].astype(np.int64).reshape(np.shape(indices))
+        if flat.size <= _SCALAR_WALK:
+            return np.fromiter(
+                map(self._walk_int, flat.tolist()), dtype=np.int64, count=flat.size
+            ).reshape(np.shape(indices))
         cur = flat.astype(np.uint64)
         out = np.empty_like(cur)
         pending = np.arange(cur.size)
         top = np.uint64(self.max_index)
         with np.errstate(over="ignore"):
-            while pending.size:
+            while pending.size > _SCALAR_WALK:
                 cur = self._encrypt(cur)
                 done = cur <= top
                 out[pending[done]] = cur[done]
                 pending, cur = pending[~done], cur[~done]
+        # The few indices still walking go on one by one: a whole-array pass costs the same
+        # for 3 indices as for 300.
+        for p, c in zip(pending.tolist(), cur.tolist()):
+            out[p] = self._walk_int(c)
         return out.astype(np.int64).reshape(np.shape(indices))
 
     def inverse(self, index: int) -> int:

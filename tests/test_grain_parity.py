@@ -40,6 +40,20 @@ def test_index_shuffle_is_a_permutation_of_closed_range():
     assert out != list(range(10))
 
 
+@pytest.mark.parametrize("max_index", [70_000, 2**20 + 5, 2**33])
+@pytest.mark.parametrize("size", [1, 23, 24, 25, 300, 5000])
+def test_index_shuffle_arrays_equal_one_index_at_a_time(max_index, size):
+    # Arrays walk as arrays, then their last few indices (and small arrays) one by one; every
+    # path must give the per-index map, which tests/integration/compat_semantics checks
+    # against google grain's recorded output.
+    from grain_core.seeds import IndexShuffle
+
+    shuffle = IndexShuffle(max_index, seed=11)
+    idx = np.random.default_rng(size).integers(0, max_index + 1, size=size)
+    assert shuffle(idx).tolist() == [shuffle(int(i)) for i in idx]
+    assert shuffle(idx.reshape(-1, 1)).shape == (size, 1)
+
+
 def test_get_and_set_next_index():
     it = iter(grain.MapDataset.range(10).map(lambda x: x * 2).to_iter_dataset().map(lambda x: x + 1))
     next(it)
