@@ -345,7 +345,7 @@ class PrefetchDatasetIterator(DatasetIterator):
                 break
             if self._settle_at is None:
                 self._settle_at = start + budget
-                if self._restart_ahead:  # a ramp, from chunks as large as those read inline
+                if self._restart_ahead:  # a ramp, from chunks as large as those read when asked for
                     self._chunk = min(self._sync_chunk, self._chunk_limit(True))
                     self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
