@@ -13,18 +13,22 @@ elements after a (re)start (the first element comes at once), doubling while a c
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
 unreturned rest of the chunk being consumed, and each chunk holds at most about ``_CHUNK_BYTES``.
-Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for (*on
-demand*: one pool thread reads it while the consumer waits, sized as synchronous chunks, at most
-the buffer) is chosen by measuring both, end to end (``read_policy.ReadModePolicy``): reading
-ahead wins when reads release the GIL (I/O, ArrayRecord) or the consumer does; on demand wins when
-reads are cheap Python work that threads reading ahead would only slow down by contending for the
-GIL. Chunks read ahead before a switch to on demand are consumed first; reading ahead restarts
-as after a (re)start (small chunks, the ramp below). The choice changes who reads when, never
-which elements come out, in what order, or the state.
+Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for is chosen by
+measuring both, end to end (``read_policy.ReadModePolicy``): reading ahead wins when reads release
+the GIL (I/O, large numpy work) or the consumer does; not reading ahead wins when reads are cheap
+Python work that threads reading ahead would only slow down by contending for the GIL. The policy
+starts without reading ahead. A chunk read when asked for is sized as synchronous chunks (at most
+the buffer) and read either *on demand* (one pool thread reads it while the consumer waits) or
+*inline* (the consumer reads it itself, as without threads: no hand-off), inline only while the
+recent chunks were quick to read (see the slow-element rule below). Chunks read ahead before a
+switch are consumed first; reading ahead (re)starts with a ramp, from chunks as large as those
+read when asked for. The choice changes who reads when, never which elements come out, in what
+order, or the state.
 
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
-caller reads the first element itself (it waits for it anyway), then chunks go to the threads with
-a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk consumed): the first elements do
+caller reads the first element itself (it waits for it anyway); then, while the policy reads ahead,
+chunks go to the threads with a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk
+consumed; the policy's choice is kept across restores): the first elements do
 not wait behind a pool of threads competing for the GIL, and a restore followed soon by another
 restore wastes little work. The ramp reaches the full pool after a handful of chunks, so
 steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for reading ahead
@@ -33,7 +37,12 @@ at once).
 A slow element does not hold back finished earlier ones (read ahead or on demand): when the chunk
 at the head of the buffer has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
 caller reads that chunk's elements itself, one at a time, and hands each out as soon as it is read
-(switching back to the thread's result once it is done).
+(switching back to the thread's result once it is done). A chunk read inline is one
+``__getitems__`` call of the consumer, so there a slow element holds back the earlier elements of
+its own chunk, as without threads. Chunks are read inline only after
+``ReadModePolicy.INLINE_AGAIN_STEPS`` chunks in a row took under ``INLINE_MAX_SECONDS`` (10 ms,
+1/25 of ``_SLOW_MIN_SECONDS``) to read, and one that took longer sends the next ones back to the
+pool: a slow element holds back at most one chunk of elements read while reads were quick.
 
 A failing read is retried element by element, so the elements before the failing one are delivered
 and the error (with a note naming the index) surfaces at the element that caused it.
@@ -327,7 +336,8 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not ahead:
                 if not self._buffer:
                     stop = min(self._len, start + self._sync_chunk)
-                    fut = None if self._sync or self._cold else self._submit(start, stop)
+                    inline = self._sync or self._cold or self._policy.inline
+                    fut = None if inline else self._submit(start, stop)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
                     self._buffer += ((start, stop, fut, False),)
@@ -335,8 +345,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                 break
             if self._settle_at is None:
                 self._settle_at = start + budget
-                if self._restart_ahead:  # as after a (re)start: small chunks, a ramp
-                    self._chunk, self._ramp, self._restart_ahead = 1, 1, False
+                if self._restart_ahead:  # a ramp, from chunks as large as those read when asked for
+                    self._chunk = min(self._sync_chunk, self._chunk_limit(True))
+                    self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             stop = min(self._len, start + self._chunk)
@@ -362,6 +373,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut, ahead = self._buffer[0]
         items: Any
         lazy = False
+        waited: float | None = None  # how long reading it took (None: unknown, it failed)
         # The pool's chunk size learns from chunks read ahead and from the first chunk of a
         # (re)start (read by the caller); chunks read on demand leave it alone.
         sizes_pool = ahead or (fut is None and self._cold and not self._sync)
@@ -375,6 +387,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                     # A slow element: hand out what can be read without waiting for it.
                     items, lazy = _LazyChunk(self._ds, start, stop, fut), True
                     seconds = done = 0.0
+                    waited = self._slow_after()
+            if not lazy:
+                waited = seconds
             if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
@@ -411,9 +426,18 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._ramp = None
         now = time.perf_counter()
         last, self._step_from = self._step_from, now
-        if last is not None and consumed:
-            settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
-            self._policy.record(ReadStep(ahead, consumed, now - last, settled))
+        settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
+        measured = last is not None and consumed
+        read_seconds = None if ahead else waited
+        self._policy.record(
+            ReadStep(
+                ahead,
+                consumed if measured else 0,
+                now - last if measured and last is not None else 0.0,
+                settled,
+                read_seconds,
+            )
+        )
         if not self._policy.read_ahead:
             self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:
