@@ -120,7 +120,7 @@ def test_chunks_are_bounded_by_bytes():
     big = CountingSource(40, lambda i: np.full(1 << 20, i % 256, dtype=np.uint8))  # 1 MiB each
     for x, i in zip(grain.MapDataset.source(big).to_iter_dataset(SYNC), range(40)):
         assert x[0] == i % 256
-    assert max(len(c) for c in big.calls) <= 4  # _CHUNK_BYTES is 4 MiB
+    assert max(len(c) for c in big.calls) <= 4  # CHUNK_BYTES is 4 MiB
 
 
 @pytest.mark.parametrize("buffer", [1, 5, 16])
@@ -253,7 +253,10 @@ def test_map_dataset_error_names_the_index(threads):
 def test_slow_element_does_not_hold_back_finished_earlier_ones():
     """With threads, element 35 blocks until the consumer has received elements 0..34: a
     pipeline that waited for element 35 before handing out the ones before it would never get
-    there (the guard timer releases it after 120 s and the test fails)."""
+    there (the guard timer releases it after 120 s and the test fails). Element 35 is in the
+    sixth chunk, read by the pool: the default policy reads inline (the consumer reads the chunk
+    itself, where a slow element holds back its own chunk) only after eight quick chunks in a
+    row; tests/test_read_policy.py runs this check with the pool modes scripted."""
     check_slow_element_does_not_hold_back()
 
 

@@ -12,14 +12,9 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
-from grain_core.dataset.chunking import can_unread, unread
+from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, element_bytes, unread
 from grain_core.dataset.map_ops import stack_batch
-from grain_core.dataset.prefetch import (
-    _CHUNK_BYTES,
-    _DEFAULT_OPTIONS,
-    FilterRatioCheck,
-    _nbytes,
-)
+from grain_core.dataset.prefetch import FilterRatioCheck
 from grain_core.dataset.sharing import current_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_int
@@ -479,7 +474,7 @@ class _FilterIterator(_OneParentIterator):
     always the position after the last element returned, as with element-wise reading.
 
     **How far ahead.** Reads aim at 1, 2, 4, ... accepted elements up to ``_MAX_AHEAD``, about
-    ``_CHUNK_BYTES`` bytes (measured on accepted elements) and at most ``_MAX_ASK`` parent
+    ``CHUNK_BYTES`` bytes (measured on accepted elements) and at most ``_MAX_ASK`` parent
     elements; a ``next_chunk(n)`` read covers at least ``n`` accepted elements (as estimated from
     the fraction accepted so far). ``get_state()`` restarts the growth at the number of elements
     returned since the previous state, so states taken every ``k`` elements (``thread_prefetch``
@@ -578,7 +573,7 @@ class _FilterIterator(_OneParentIterator):
         if step < self._MAX_AHEAD:
             self._step = 2 * step
         if self._elem_bytes:
-            step = min(step, max(1, _CHUNK_BYTES // self._elem_bytes))
+            step = min(step, max(1, CHUNK_BYTES // self._elem_bytes))
         want = max(n, step)
         parent, fn = self._parent, self._fn
         while True:
@@ -614,7 +609,7 @@ class _FilterIterator(_OneParentIterator):
                 continue
             self._verdicts, self._kept = verdicts, kept
             self._count_fresh(verdicts, len(replay), len(kept))  # may raise: _kept stays
-            self._elem_bytes = _nbytes(kept[0])
+            self._elem_bytes = element_bytes(kept[0])
             out = kept[:n]
             self._served = len(out)
             return out
@@ -785,7 +780,7 @@ class _FilterIterator(_OneParentIterator):
             return
         self._kept_total += kept
         self._seen_total += size
-        window = max(1, (self._options or _DEFAULT_OPTIONS).filter_check_min_elements)
+        window = max(1, FilterRatioCheck.window(self._options))
         start = 0
         while True:
             room = window - self._seen
@@ -808,7 +803,7 @@ class _FilterIterator(_OneParentIterator):
         self._seen += 1
         if not keep:
             self._dropped += 1
-        if self._seen >= (self._options or _DEFAULT_OPTIONS).filter_check_min_elements:
+        if self._seen >= FilterRatioCheck.window(self._options):
             seen, dropped = self._seen, self._dropped
             self._seen = self._dropped = 0
             self._check.record(dropped, seen, self._options)

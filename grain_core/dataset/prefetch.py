@@ -9,10 +9,10 @@ state is always the index after the last element returned, whatever has been rea
 Chunk size and read-ahead are separate. With ``num_threads=0`` or ``prefetch_buffer_size=0``
 nothing is read ahead in the background: the caller reads synchronous chunks itself, 1, 2, 4, ...
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
-``_SYNC_GROW_SECONDS``, up to ``_MAX_CHUNK`` elements and about ``_CHUNK_BYTES`` bytes.
+``_SYNC_GROW_SECONDS``, up to ``_MAX_CHUNK`` elements and about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
-unreturned rest of the chunk being consumed, and each chunk holds at most about ``_CHUNK_BYTES``.
+unreturned rest of the chunk being consumed, and each chunk holds at most about ``CHUNK_BYTES``.
 Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for is chosen by
 measuring both, end to end (``read_policy.ReadModePolicy``): reading ahead wins when reads release
 the GIL (I/O, large numpy work) or the consumer does; not reading ahead wins when reads are cheap
@@ -62,6 +62,7 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
+from grain_core.dataset.chunking import CHUNK_BYTES, element_bytes
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
@@ -71,7 +72,6 @@ _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
 _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
-_CHUNK_BYTES = 4 << 20  # a chunk holds about this many bytes at most (at least one element)
 _SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
@@ -108,7 +108,7 @@ class FilterRatioCheck:
     """Counts kept and dropped elements in windows and warns or raises per ``DatasetOptions``.
 
     As Grain's filter check: once a window holds ``filter_check_min_elements`` elements (1000 by
-    default; a window ends at a chunk boundary, so it may hold a few more), the fraction dropped in
+    default; :meth:`record_chunk` splits chunks at window ends), the fraction dropped in
     that window is compared with the thresholds (``>=``) and the window starts again. The warning goes
     through ``logging`` (logger ``grain_core.dataset.prefetch``, level WARNING, at most once a
     minute per iterator), as Grain logs it; the error is a :class:`FilterRatioError` (a
@@ -121,6 +121,28 @@ class FilterRatioCheck:
         self._seen = 0
         self._dropped = 0
         self._warned_at: float | None = None
+
+    @staticmethod
+    def window(options: DatasetOptions | None) -> int:
+        """Elements in a window under ``options`` (the defaults when None)."""
+        return (options or _DEFAULT_OPTIONS).filter_check_min_elements
+
+    def record_chunk(self, items: list[Any], options: DatasetOptions | None) -> int:
+        """Counts a chunk of read elements (``None`` = dropped by a ``MapDataset.filter``),
+        split at window ends so that every window holds exactly ``filter_check_min_elements``
+        elements, as in Grain; returns how many were dropped."""
+        window = max(1, self.window(options))
+        n = len(items)
+        total = 0
+        start = 0
+        while start < n:
+            stop = min(n, start + window - self._seen)
+            piece = items if (start == 0 and stop == n) else items[start:stop]
+            dropped = sum(map(operator.is_, piece, itertools.repeat(None)))
+            total += dropped
+            self.record(dropped, stop - start, options)
+            start = stop
+        return total
 
     def record(self, dropped: int, seen: int, options: DatasetOptions | None) -> None:
         self._seen += seen
@@ -263,12 +285,12 @@ class PrefetchDatasetIterator(DatasetIterator):
         return items, t1 - t0, t1
 
     def _chunk_limit(self, ahead: bool) -> int:
-        """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``_CHUNK_BYTES`` bytes and,
+        """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``CHUNK_BYTES`` bytes and,
         with threads, the buffer (a chunk read when asked for) or half of it (a chunk read ahead,
         so reading ahead overlaps consuming)."""
         limit = _MAX_CHUNK
         if self._elem_bytes:
-            limit = min(limit, max(1, _CHUNK_BYTES // self._elem_bytes))
+            limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
             budget = self._read_options.prefetch_buffer_size
             limit = min(limit, max(1, budget // 2 if ahead else budget))
@@ -400,15 +422,13 @@ class PrefetchDatasetIterator(DatasetIterator):
         dense = True
         if not lazy:
             if items:
-                self._elem_bytes = _nbytes(items[0]) or self._elem_bytes
+                self._elem_bytes = element_bytes(items[0]) or self._elem_bytes
             if sizes_pool:
                 self._adapt(seconds, pool_seconds)
             if not ahead:
                 self._adapt_sync(seconds)
             if not self._allow_nones:
-                dropped = sum(map(operator.is_, items, itertools.repeat(None)))
-                dense = not dropped
-                self._filter_check.record(dropped, len(items), self._options)
+                dense = not self._filter_check.record_chunk(items, self._options)
         else:
             dense = self._allow_nones
         consumed = len(self._current)  # the previous chunk, consumed to its end
@@ -599,19 +619,6 @@ class _LazyChunk:
         self._read[pos] = x
         return x
 
-
-def _nbytes(x: Any) -> int:
-    """Approximate bytes of one element: its numpy arrays and ``bytes``/``str`` leaves."""
-    n = getattr(x, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    if isinstance(x, (bytes, bytearray, str)):
-        return len(x)
-    if isinstance(x, dict):
-        return sum(_nbytes(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return sum(_nbytes(v) for v in x)
-    return 8
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
