@@ -120,7 +120,7 @@ def test_chunks_are_bounded_by_bytes():
     big = CountingSource(40, lambda i: np.full(1 << 20, i % 256, dtype=np.uint8))  # 1 MiB each
     for x, i in zip(grain.MapDataset.source(big).to_iter_dataset(SYNC), range(40)):
         assert x[0] == i % 256
-    assert max(len(c) for c in big.calls) <= 4  # _CHUNK_BYTES is 4 MiB
+    assert max(len(c) for c in big.calls) <= 4  # CHUNK_BYTES is 4 MiB
 
 
 @pytest.mark.parametrize("buffer", [1, 5, 16])
@@ -253,7 +253,10 @@ def test_map_dataset_error_names_the_index(threads):
 def test_slow_element_does_not_hold_back_finished_earlier_ones():
     """With threads, element 35 blocks until the consumer has received elements 0..34: a
     pipeline that waited for element 35 before handing out the ones before it would never get
-    there (the guard timer releases it after 120 s and the test fails)."""
+    there (the guard timer releases it after 120 s and the test fails). Element 35 is in the
+    sixth chunk, read by the pool: the default policy reads inline (the consumer reads the chunk
+    itself, where a slow element holds back its own chunk) only after eight quick chunks in a
+    row; tests/test_read_policy.py runs this check with the pool modes scripted."""
     check_slow_element_does_not_hold_back()
 
 
@@ -460,3 +463,141 @@ def test_mix_state_is_the_position_after_the_last_element_returned(seed):
         fresh.set_state(state)
         assert list(fresh) == ref[taken:]
     assert list(it) == []
+
+
+def _random_filter(
+    seed, opaque, bad=(), bad_keep=(), untruthy=(), stop=(), stop_keep=(), calls=None
+):
+    """``range(n).to_iter_dataset(opts).map(f).filter(keep)``: ``f`` raises ``Boom`` for the
+    indices in ``bad`` and a ``KeyboardInterrupt`` (once) for those in ``stop``; ``keep`` raises
+    ``Boom`` for ``bad_keep``, a ``KeyboardInterrupt`` (once) for ``stop_keep`` and returns an
+    array (whose truth value raises ``ValueError``) for ``untruthy``. With ``opaque`` the filter's input cannot move back (element-wise reading, the
+    reference)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(40, 400))
+    m = int(rng.integers(2, 6))
+    opts = ALL_OPTIONS[seed % len(ALL_OPTIONS)]
+    armed = set(stop)
+    armed_keep = set(stop_keep)
+
+    def f(i):
+        if i in bad:
+            raise Boom(i)
+        if i in armed:
+            armed.discard(i)
+            raise KeyboardInterrupt
+        return i * 3
+
+    def keep(x):
+        if calls is not None:
+            calls.append(x)
+        if x // 3 in armed_keep:
+            armed_keep.discard(x // 3)
+            raise KeyboardInterrupt
+        if x // 3 in bad_keep:
+            raise Boom(x)
+        if x // 3 in untruthy:
+            return np.ones(2)
+        return x % m != 0
+
+    ds = grain.MapDataset.range(n).to_iter_dataset(opts).map(f)
+    return (_Opaque(ds) if opaque else ds).filter(keep)
+
+
+def _filter_faults(seed):
+    rng = np.random.default_rng(700 + seed)
+    pick = lambda k: {int(i) for i in rng.integers(0, 400, size=k)}  # noqa: E731
+    return {
+        "bad": pick(seed % 3),
+        "bad_keep": pick((seed + 1) % 3),
+        "untruthy": pick(seed % 2),
+    }
+
+
+def _events(it, limit=1000):
+    """Everything ``it`` yields, errors recorded in place by type (iteration continues)."""
+    out = []
+    for _ in range(limit):
+        try:
+            out.append(next(it))
+        except StopIteration:
+            return out
+        except (Boom, ValueError) as e:
+            out.append(("raised", type(e).__name__))
+    raise AssertionError("no end")
+
+
+def _retrying(call):
+    """``call()``, repeated after each ``KeyboardInterrupt`` (which must lose nothing)."""
+    while True:
+        try:
+            return call()
+        except KeyboardInterrupt:
+            continue
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_filter_state_is_the_position_after_the_last_element_returned(seed):
+    """A filter serving ``next()`` / ``next_chunk`` from elements it read ahead: after every call
+    (of random sizes, through errors from the map, from the predicate and from a truth value, and
+    interrupts), its state equals the state of element-wise reading, and a fresh pipeline restored
+    to it gives exactly the rest of an element-wise run, errors included."""
+    faults = _filter_faults(seed)
+    stops = np.random.default_rng(800 + seed).integers(0, 400, size=12).tolist()
+    stop, stop_keep = set(stops[:3]), set(stops[3:])
+    rng = np.random.default_rng(900 + seed)
+    it = iter(_random_filter(seed, False, stop=stop, stop_keep=stop_keep, **faults))
+    ref = iter(_random_filter(seed, True, stop=stop, stop_keep=stop_keep, **faults))
+    done = False
+    while not done:
+        k = 1 if rng.random() < 0.4 else int(rng.integers(2, 12))
+        try:
+            if k == 1:
+                got = [_retrying(lambda: next(it))]
+            else:
+                got = _retrying(lambda k=k: it.next_chunk(k))
+            assert 1 <= len(got) <= k
+            for x in got:
+                assert _retrying(lambda: next(ref)) == x
+        except StopIteration:
+            with pytest.raises(StopIteration):
+                _retrying(lambda: next(ref))
+            done = True
+        except (Boom, ValueError) as e:
+            with pytest.raises(type(e)):
+                _retrying(lambda: next(ref))
+        state = it.get_state()
+        assert state == ref.get_state()
+        if rng.random() < 0.3 or done:
+            rest = iter(_random_filter(seed, True, **faults))
+            rest.set_state(ref.get_state())
+            fresh = iter(_random_filter(seed, False, **faults))
+            fresh.set_state(state)
+            assert _events(fresh) == _events(rest)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_batched_filter_states_and_calls_match_element_wise_reading(seed):
+    """``filter(...).batch(bs)`` with errors: the same batches and errors as with element-wise
+    reading, the filter's state after each batch equals element-wise reading's, and the predicate
+    is called exactly once per element (verdicts read ahead and given back are remembered)."""
+    faults = _filter_faults(seed)
+    bs = int(np.random.default_rng(seed).integers(1, 9))
+    calls, ref_calls = [], []
+    it = iter(_random_filter(seed, False, calls=calls, **faults).batch(bs))
+    ref = iter(_random_filter(seed, True, calls=ref_calls, **faults).batch(bs))
+    while True:
+        try:
+            got = next(it).tolist()
+        except StopIteration:
+            with pytest.raises(StopIteration):
+                next(ref)
+            break
+        except (Boom, ValueError) as e:
+            with pytest.raises(type(e)):
+                next(ref)
+        else:
+            assert next(ref).tolist() == got
+        assert it.get_state() == ref.get_state()
+    assert sorted(calls) == sorted(ref_calls)
+    assert len(calls) == len(set(calls))

@@ -54,58 +54,135 @@ def _windows_until_switch(policy: ReadModePolicy, rate: float, skip: int = P.SKI
 
 
 def _first_windows(p: ReadModePolicy, rate: float, step: float = STEP) -> None:
-    """The ``FIRST_WINDOWS`` windows reading ahead that start a policy."""
+    """The ``FIRST_WINDOWS`` windows of the starting mode (not reading ahead, unless
+    ``start_reading_ahead`` was called) that start a policy."""
     for k in range(P.FIRST_WINDOWS):
         _window(p, rate, skip=P.FIRST_SKIP_STEPS if k == 0 else 0, step=step)
 
 
 def _explored(ahead_rate: float, demand_rate: float) -> ReadModePolicy:
+    """A policy that measured not reading ahead at ``demand_rate``, then reading ahead at
+    ``ahead_rate``."""
     p = ReadModePolicy()
-    _first_windows(p, ahead_rate)
-    _window(p, demand_rate, skip=P.SKIP_STEPS)
+    _first_windows(p, demand_rate)
+    _window(p, ahead_rate, skip=P.SKIP_STEPS)
     return p
 
 
 # --- the policy on its own ---------------------------------------------------------------------
 
 
-def test_starts_reading_ahead_then_measures_on_demand():
+def test_starts_without_reading_ahead_then_measures_reading_ahead():
     p = ReadModePolicy()
-    assert p.read_ahead and p.phase == "first"
+    assert not p.read_ahead and p.phase == "first"
     _window(p, 1000.0, skip=P.FIRST_SKIP_STEPS)
-    assert p.read_ahead and p.phase == "first"  # FIRST_WINDOWS windows: its best one counts
-    _window(p, 900.0)
-    _window(p, 800.0)
+    for _ in range(P.FIRST_WINDOWS - 1):  # FIRST_WINDOWS windows: the best one counts
+        assert not p.read_ahead and p.phase == "first"
+        _window(p, 900.0)
+    assert p.read_ahead and p.phase == "second"
+    assert p.rate(False) == pytest.approx(1000.0, rel=0.05)
+
+
+def test_start_reading_ahead_explores_reading_ahead_first():
+    p = ReadModePolicy()
+    p.start_reading_ahead()
+    assert p.read_ahead and p.phase == "first"
+    _first_windows(p, 1000.0)
     assert not p.read_ahead and p.phase == "second"
-    assert p.rate(True) == pytest.approx(1000.0, rel=0.05)
+    _window(p, 1000.0 * P.SWITCH_MARGIN * 0.95, skip=P.SKIP_STEPS)
+    assert p.read_ahead and p.phase == "keep"  # the first mode stays unless beaten by the margin
 
 
-def test_cheap_reads_choose_on_demand():
+def test_cheap_reads_do_not_read_ahead():
     p = _explored(1000.0, 3000.0)
     assert not p.read_ahead and p.phase == "keep"
 
 
-def test_reading_ahead_chosen_when_faster_or_on_demand_not_faster_by_the_margin():
+def test_reading_ahead_chosen_when_faster_by_the_margin():
     p = _explored(5000.0, 1000.0)
     assert p.read_ahead and p.phase == "keep"
-    p = _explored(1000.0, 1000.0 * P.SWITCH_MARGIN * 0.95)
-    assert p.read_ahead and p.phase == "keep"
+    p = _explored(1000.0 * P.SWITCH_MARGIN * 0.95, 1000.0)
+    assert not p.read_ahead and p.phase == "keep"
+
+
+def _io_like(p: ReadModePolicy, read_ahead: bool, steps: int) -> None:
+    """Steps as a source whose reads wait on I/O (``time.sleep`` in ``__getitems__``, ArrayRecord)
+    gives them: read when asked for, one element per chunk (a chunk that slow is not grown) taking
+    25 ms, a rate of 40/s; read ahead by 16 threads, 16 times that once the pool has read a
+    buffer's worth (before, the consumer waits for the first reads: 40/s, unsettled)."""
+    for k in range(steps):
+        if read_ahead == p.read_ahead and read_ahead:
+            p.record(ReadStep(True, 16, 1 / 40, settled=k >= 4))
+        elif read_ahead == p.read_ahead:
+            p.record(ReadStep(False, 1, 1 / 40, read_seconds=1 / 40))
+        else:
+            return
+
+
+def test_io_like_reads_are_read_ahead_and_stay_so():
+    """The decision for reads that release the GIL, on scripted steps (no timing): the policy
+    measures reading ahead after its first windows, chooses it, and keeps it through its probes."""
+    p = ReadModePolicy()
+    _io_like(p, False, 1000)  # until the policy tries reading ahead
+    assert p.read_ahead and p.phase == "second"
+    assert not p.inline  # reads this slow were not made by the consumer itself
+    probes = 0
+    for _ in range(2000):
+        if p.read_ahead:
+            _io_like(p, True, 1000)
+        else:
+            probes += 1
+            _io_like(p, False, 1000)
+        assert p.phase in ("keep", "probe")
+    assert probes >= 2 and p.read_ahead and p.phase == "keep"
+    assert p.rate(True) > 10 * p.rate(False)
+
+
+def test_inline_only_after_quick_reads_in_a_row():
+    """Chunks read when asked for are read by the consumer itself (inline) once
+    ``INLINE_AGAIN_STEPS`` in a row took under ``INLINE_MAX_SECONDS`` to read; one that took
+    longer (or a slow head chunk: the iterator reports how long it waited) sends the next ones to
+    the pool again. Chunks read ahead (``read_seconds`` None) do not count either way."""
+    p = ReadModePolicy()
+    assert not p.inline
+    quick = ReadStep(False, 10, 0.001, read_seconds=P.INLINE_MAX_SECONDS / 2)
+    slow = ReadStep(False, 10, 0.001, read_seconds=P.INLINE_MAX_SECONDS)
+    for _ in range(P.INLINE_AGAIN_STEPS - 1):
+        p.record(quick)
+    p.record(ReadStep(True, 10, 0.001))
+    assert not p.inline
+    p.record(quick)
+    assert p.inline
+    for _ in range(3 * P.INLINE_AGAIN_STEPS):
+        p.record(quick)
+        p.record(ReadStep(True, 10, 0.001))
+    assert p.inline
+    p.record(slow)
+    assert not p.inline
+    for _ in range(P.INLINE_AGAIN_STEPS - 1):
+        p.record(quick)
+    p.record(slow)
+    for _ in range(P.INLINE_AGAIN_STEPS - 1):
+        p.record(quick)
+    assert not p.inline  # in a row
+    p.record(quick)
+    assert p.inline
 
 
 def test_steps_of_the_other_mode_and_skipped_steps_do_not_count():
     p = ReadModePolicy()
     for _ in range(100):
-        p.record(ReadStep(False, 10**6, 1e-9))  # chunks read on demand before the switch
-    assert p.read_ahead and p.phase == "first"
+        p.record(ReadStep(True, 10**6, 1e-9))  # chunks read ahead (after start_prefetch, say)
+    assert not p.read_ahead and p.phase == "first"
     for _ in range(P.FIRST_SKIP_STEPS):
-        p.record(ReadStep(True, 10**6, 1e-9))
-    assert p.phase == "first" and p.rate(True) == 0.0
+        p.record(ReadStep(False, 10**6, 1e-9))
+    assert p.phase == "first" and p.rate(False) == 0.0
     _window(p, 1000.0)
-    assert p.rate(True) == pytest.approx(1000.0, rel=0.05)
+    assert p.rate(False) == pytest.approx(1000.0, rel=0.05)
 
 
 def test_unsettled_steps_are_not_measured_but_their_time_counts():
-    p = ReadModePolicy()
+    p = ReadModePolicy(read_ahead=True)
     for _ in range(P.FIRST_SKIP_STEPS + 10 * P.MIN_STEPS):
         p.record(ReadStep(True, 1, 1.0, settled=False))  # reading ahead, pool still filling
     assert p.phase == "first" and p.rate(True) == 0.0
@@ -115,32 +192,34 @@ def test_unsettled_steps_are_not_measured_but_their_time_counts():
 
 def test_an_unsettled_pool_is_not_measured_by_the_iterator():
     """The iterator marks steps read ahead as settled only once the pool has read a buffer's
-    worth since it (re)started."""
+    worth since it (re)started, and reports how long each chunk read when asked for took."""
     it = iter(grain.MapDataset.range(3000).to_iter_dataset(grain.ReadOptions(num_threads=2)))
     policy = _scripted(it, SCRIPTS["flip every 3"])
     assert list(it) == list(range(3000))
     ahead = [s for s in policy.steps if s.read_ahead]
     assert ahead and not all(s.settled for s in ahead)
-    assert all(s.settled for s in policy.steps if not s.read_ahead)
+    assert all(s.read_seconds is None for s in ahead)
+    asked = [s for s in policy.steps if not s.read_ahead]
+    assert asked and all(s.settled and s.read_seconds is not None for s in asked)
     it.close()
 
 
 def test_a_window_needs_steps_and_seconds():
     q = ReadModePolicy()  # many steps, but together shorter than MIN_SECONDS: no window yet
     for _ in range(P.FIRST_SKIP_STEPS):
-        q.record(ReadStep(True, 1, 0.0))
+        q.record(ReadStep(False, 1, 0.0))
     for _ in range(10 * P.MIN_STEPS):
-        q.record(ReadStep(True, 10, P.MIN_SECONDS / (100 * P.MIN_STEPS)))
+        q.record(ReadStep(False, 10, P.MIN_SECONDS / (100 * P.MIN_STEPS)))
     assert q.phase == "first"
-    assert not q.windows[True]
+    assert not q.windows[False]
     r = ReadModePolicy()  # long steps, but fewer than EXPLORE_STEPS: no window yet
     for _ in range(P.FIRST_SKIP_STEPS):
-        r.record(ReadStep(True, 1, 0.0))
+        r.record(ReadStep(False, 1, 0.0))
     for _ in range(P.EXPLORE_STEPS - 1):
-        r.record(ReadStep(True, 10, 10 * P.MIN_SECONDS))
-    assert not r.windows[True]
-    r.record(ReadStep(True, 10, 10 * P.MIN_SECONDS))
-    assert len(r.windows[True]) == 1
+        r.record(ReadStep(False, 10, 10 * P.MIN_SECONDS))
+    assert not r.windows[False]
+    r.record(ReadStep(False, 10, 10 * P.MIN_SECONDS))
+    assert len(r.windows[False]) == 1
 
 
 def test_probes_back_off_and_switch_only_by_a_margin():
@@ -148,12 +227,12 @@ def test_probes_back_off_and_switch_only_by_a_margin():
     assert not p.read_ahead
     windows_to_probe = []
     # The other mode is never faster: probes come after 8, 16, 32, 64 times the other mode's
-    # last stint (here: windows, all as long as a probe's; the first stint had FIRST_WINDOWS).
-    for k in range(4):
-        windows_to_probe.append(_windows_until_switch(p, 3000.0, skip=P.SKIP_STEPS if k else 0))
+    # last stint (here: windows, all as long as a probe's; the first stint was one window).
+    for _ in range(4):
+        windows_to_probe.append(_windows_until_switch(p, 3000.0))
         _window(p, 3000.0 * P.SWITCH_MARGIN * 0.95, skip=P.SKIP_STEPS)  # not by the margin
         assert not p.read_ahead and p.phase == "keep"
-    first = P.FIRST_WINDOWS * P.FIRST_BACKOFF * P.EXPLORE_STEPS // P.MIN_STEPS
+    first = P.FIRST_BACKOFF * P.EXPLORE_STEPS // P.MIN_STEPS
     assert windows_to_probe == [first] + [P.FIRST_BACKOFF * 2**k for k in range(1, 4)]
     _windows_until_switch(p, 3000.0)
     _window(p, 3000.0 * P.SWITCH_MARGIN * 1.05, skip=P.SKIP_STEPS)
@@ -172,7 +251,7 @@ def test_probing_costs_a_share_of_the_time_however_long_windows_take():
     p = ReadModePolicy()
     _first_windows(p, 1000.0, step=4 * STEP)
     _window(p, 3000.0, skip=P.SKIP_STEPS)
-    assert not p.read_ahead and p.phase == "keep"
+    assert p.read_ahead and p.phase == "keep"
     # (exploring windows have EXPLORE_STEPS steps, kept ones MIN_STEPS)
     expected = P.FIRST_WINDOWS * 4 * P.FIRST_BACKOFF * P.EXPLORE_STEPS // P.MIN_STEPS
     assert _windows_until_switch(p, 3000.0, skip=0) == expected
@@ -180,15 +259,15 @@ def test_probing_costs_a_share_of_the_time_however_long_windows_take():
 
 def test_backoff_is_capped():
     p = _explored(1000.0, 3000.0)
-    for k in range(12):
-        n = _windows_until_switch(p, 3000.0, skip=P.SKIP_STEPS if k else 0)
+    for _ in range(12):
+        n = _windows_until_switch(p, 3000.0)
         _window(p, 1000.0, skip=P.SKIP_STEPS)
     assert n == P.MAX_BACKOFF
 
 
 def test_a_sharp_drop_probes_at_once():
     p = _explored(1000.0, 3000.0)
-    _window(p, 3000.0)
+    _window(p, 3000.0, skip=P.SKIP_STEPS)  # (back from reading ahead: steps to skip)
     assert not p.read_ahead
     _window(p, 3000.0 * P.DROP_FACTOR * 0.9)  # reads turned expensive
     assert p.read_ahead and p.phase == "probe"
@@ -198,7 +277,7 @@ def test_a_sharp_drop_probes_at_once():
 
 def test_one_slowed_window_does_not_make_it_switch():
     p = _explored(1000.0, 3000.0)
-    _window(p, 3000.0)
+    _window(p, 3000.0, skip=P.SKIP_STEPS)
     _window(p, 300.0)  # the machine was busy for a moment: probe at once ...
     assert p.read_ahead
     _window(p, 1200.0, skip=P.SKIP_STEPS)  # ... against the best recent window, not the slow one
@@ -206,10 +285,10 @@ def test_one_slowed_window_does_not_make_it_switch():
 
 
 def test_start_reading_ahead_only_before_any_step():
-    p = ReadModePolicy(read_ahead=False)
+    p = ReadModePolicy()
     p.start_reading_ahead()
     assert p.read_ahead
-    q = ReadModePolicy(read_ahead=False)
+    q = ReadModePolicy()
     q.record(ReadStep(False, 1, 0.001))
     q.start_reading_ahead()
     assert not q.read_ahead
@@ -219,15 +298,19 @@ def test_start_reading_ahead_only_before_any_step():
 
 
 class ScriptedPolicy:
-    """Reads ahead or not as ``script(k)`` says, ``k`` counting the steps made in the mode chosen
-    at the time (chunks read ahead before a switch, still being consumed, do not count); records
-    every step it is given."""
+    """Reads ahead, on demand or inline as ``script(k)`` says (``"ahead"``, ``"on demand"``,
+    ``"inline"``), ``k`` counting the steps made in the mode chosen at the time (chunks read ahead
+    before a switch, still being consumed, do not count); records every step it is given."""
 
     def __init__(self, script):
         self.script = script
         self.steps: list[ReadStep] = []
         self._k = 0
-        self.read_ahead = script(0)
+        self._set(script(0))
+
+    def _set(self, mode: str) -> None:
+        assert mode in ("ahead", "on demand", "inline")
+        self.read_ahead, self.inline = mode == "ahead", mode == "inline"
 
     def start_reading_ahead(self) -> None:
         pass
@@ -236,15 +319,18 @@ class ScriptedPolicy:
         self.steps.append(step)
         if step.read_ahead == self.read_ahead:
             self._k += 1
-            self.read_ahead = self.script(self._k)
+            self._set(self.script(self._k))
 
 
+MODES = ("ahead", "on demand", "inline")
 SCRIPTS = {
-    "ahead": lambda k: True,
-    "on demand": lambda k: False,
-    "flip every 3": lambda k: (k // 3) % 2 == 0,
-    "flip every step": lambda k: k % 2 == 1,
-    "random": lambda k: bool(np.random.default_rng(k).integers(2)),
+    "ahead": lambda k: "ahead",
+    "on demand": lambda k: "on demand",
+    "inline": lambda k: "inline",
+    "flip every 3": lambda k: MODES[(k // 3) % 3],
+    "flip every step": lambda k: MODES[(k + 1) % 3],
+    "ahead / on demand": lambda k: MODES[k % 2],  # never inline
+    "random": lambda k: MODES[int(np.random.default_rng(k).integers(3))],
 }
 
 
@@ -295,8 +381,9 @@ def test_output_and_states_are_exact_in_both_modes_and_across_switches(options, 
     except StopIteration:
         pass
     assert got == expected
-    modes = {s.read_ahead for s in policy.steps}
-    assert modes == {"ahead": {True}, "on demand": {False}}.get(script, {True, False})
+    modes = {s.read_ahead for s in policy.steps if s.elements}
+    single = {"ahead": {True}, "on demand": {False}, "inline": {False}}
+    assert modes == single.get(script, {True, False})
     for pos, state in states[:: max(1, len(states) // 30)]:
         fresh = iter(_pipeline(options))
         _scripted(fresh, SCRIPTS[script])
@@ -327,6 +414,25 @@ def test_on_demand_reads_nothing_ahead_and_reads_in_the_pool():
     it.close()
 
 
+def test_inline_reads_nothing_ahead_in_the_calling_thread():
+    """Inline, the consumer reads each chunk itself when it needs it: nothing beyond the chunk
+    being consumed is read, every read is made by the calling thread, in chunks, and no read
+    thread is started."""
+    before = {t.ident for t in threading.enumerate()}
+    src = CountingSource(3000)
+    it = iter(grain.MapDataset.source(src).to_iter_dataset(grain.ReadOptions()))
+    _scripted(it, SCRIPTS["inline"])
+    for i in range(3000):
+        assert next(it) == i
+        last = src.calls[-1]
+        assert last[0] <= i <= last[-1]
+    assert set(src.readers) == {threading.current_thread().name}
+    assert max(len(idx) for idx in src.calls) > 1
+    assert max(len(idx) for idx in src.calls) <= grain.ReadOptions().prefetch_buffer_size
+    assert not [t for t in threading.enumerate() if t.ident not in before]
+    it.close()
+
+
 def test_reading_ahead_reads_ahead():
     src = CountingSource(3000)
     it = iter(grain.MapDataset.source(src).to_iter_dataset(grain.ReadOptions()))
@@ -339,9 +445,10 @@ def test_reading_ahead_reads_ahead():
     it.close()
 
 
-@pytest.mark.parametrize("script", ["on demand", "flip every step"])
+@pytest.mark.parametrize("script", ["on demand", "ahead / on demand"])
 def test_slow_element_does_not_hold_back_finished_earlier_ones(script):
-    """As tests/test_chunks.py's test of the same name, with the policy reading on demand."""
+    """As tests/test_chunks.py's test of the same name, with the policy reading on demand (a
+    chunk read inline is one ``__getitems__`` call of the consumer: see the inline tests)."""
     check_slow_element_does_not_hold_back(lambda it: _scripted(it, SCRIPTS[script]))
 
 
@@ -354,7 +461,7 @@ def _work(x):
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("script", ["on demand", "flip every 3", "random"])
+@pytest.mark.parametrize("script", ["on demand", "inline", "flip every 3", "random"])
 def test_real_interrupts_lose_nothing_across_switches(script):
     """Ctrl-C landing anywhere in grain_core's code in the consumer (the read path, the stages
     above it), in both modes and across switches: continuing the same iterator gives exactly the

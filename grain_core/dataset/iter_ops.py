@@ -12,7 +12,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
-from grain_core.dataset.chunking import can_unread, unread
+from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, element_bytes, unread
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.prefetch import FilterRatioCheck
 from grain_core.dataset.sharing import current_worker
@@ -88,7 +88,9 @@ class _ChunkedOneToOne(_OneParentIterator):
     Its ``_count`` is the number of elements returned; an exception from the function gets a note
     naming the element (the context ``mp_prefetch`` workers give too). On an ``Exception`` the
     failing element is consumed (as with ``next()``) and the elements before it in the chunk are
-    returned first; on any other ``BaseException`` (``KeyboardInterrupt``) nothing of the chunk is
+    returned first (a ``get_state()`` before the error is raised gives the failing element back,
+    to be raised again when reached, so the state is the position after the last element
+    returned); on any other ``BaseException`` (``KeyboardInterrupt``) nothing of the chunk is
     consumed, so continuing yields exactly the remaining elements."""
 
     one_to_one = True
@@ -111,9 +113,22 @@ class _ChunkedOneToOne(_OneParentIterator):
 
     def get_state(self):
         held = self._held
-        if held is None:
-            return super().get_state()
-        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+        if held is not None:
+            return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+        if self._pending is not None:
+            self._give_back_pending()
+        return super().get_state()
+
+    def _give_back_pending(self) -> None:
+        """Moves the parent back over the failing element whose error is pending (consumed when
+        it is raised), so the state is the position after the last element returned; the error
+        is raised again, not recomputed, when that element is reached."""
+        assert self._pending is not None
+        replay = [_Raise(self._pending), *self._replay]
+        unread(self._parent, 1)  # then plain assignments only: all or nothing
+        self._pending = None
+        self._replay = replay
+        self._count -= 1
 
     def _where(self) -> str:
         return _stage_name(self.kind, self._fn)
@@ -355,10 +370,8 @@ class _MapIterator(_ChunkedOneToOne):
         return y
 
     def _apply(self, chunk, start, out):
-        fn = self._fn
-        append = out.append
-        for x in chunk:
-            append(fn(x))
+        # A C-level loop; `list.extend` keeps what the iterator produced before it raised.
+        out.extend(map(self._fn, chunk))
 
 
 class RandomMapIterDataset(_OneParentIterDataset):
@@ -426,10 +439,7 @@ class _MapWithIndexIterator(_ChunkedOneToOne):
         return self._fn(i, x)
 
     def _apply(self, chunk, start, out):
-        fn = self._fn
-        append = out.append
-        for k, x in enumerate(chunk, start):
-            append(fn(k, x))
+        out.extend(map(self._fn, range(start, start + len(chunk)), chunk))  # see _MapIterator
 
     def _extra_state(self):
         return {"count": self._count}
@@ -452,227 +462,379 @@ class FilterIterDataset(_OneParentIterDataset):
 
 
 class _FilterIterator(_OneParentIterator):
-    """Keeps the elements ``fn`` accepts, testing whole chunks where the parent allows (see
-    :class:`_ChunkedOneToOne` for what an exception from ``fn`` leaves behind).
+    """Keeps the elements ``fn`` accepts, testing whole chunks where the parent can move back.
 
-    Asked for ``n`` elements, it reads about ``n / (fraction kept so far)`` parent elements, so one
-    parent chunk usually fills the request; what it read beyond the ``n``-th kept element is given
-    back to the parent (``_unread``) with its verdicts remembered, so no element is tested twice."""
+    **Read-ahead kept inside.** Where the parent can move back (:func:`can_unread`), the filter
+    reads a parent chunk, tests it, and keeps the accepted elements it has not returned yet (the
+    *surplus*) in itself: ``next()`` and ``next_chunk(n)`` serve from that surplus and read the next
+    parent chunk only when it is used up (a ``next_chunk`` call never returns elements of two parent
+    chunks, so it may return fewer than asked at a chunk's end). ``get_state()`` first gives the
+    parent back (``_unread``) the elements read after the last one returned, remembering their
+    verdicts (and the error of a failing one) so that no element is tested twice: the state is
+    always the position after the last element returned, as with element-wise reading.
+
+    **How far ahead.** Reads aim at 1, 2, 4, ... accepted elements up to ``_MAX_AHEAD``, about
+    ``CHUNK_BYTES`` bytes (measured on accepted elements) and at most ``_MAX_ASK`` parent
+    elements; a ``next_chunk(n)`` read covers at least ``n`` accepted elements (as estimated from
+    the fraction accepted so far). ``get_state()`` restarts the growth at the number of elements
+    returned since the previous state, so states taken every ``k`` elements (``thread_prefetch``
+    and ``device_put`` take one after each element) give back little; at 1 (and after a start or
+    restore) ``next()`` reads the parent one element at a time, with nothing to give back.
+
+    **Errors and interrupts.** An ``Exception`` from ``fn`` consumes the failing element (as
+    ``next()`` does in Grain): the accepted elements before it are served first, then it is
+    raised, at the element where element-wise reading raises it; the parent elements after it
+    are given back. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``)
+    gives the whole chunk back (with the verdicts computed so far): nothing is lost, and the next
+    read is small, so a retry soon gets through even under repeated interrupts. A parent that
+    cannot move back is read one element at a time (an interrupted element is held, with the
+    parent's state before it, until it is tested)."""
 
     kind = "FilterIterDataset"
-    _CHECK_EVERY = 256
-    _MAX_ASK = 1024
+    _MAX_ASK = 2048  # parent elements one read asks for at most
+    _MAX_AHEAD = 512  # accepted elements one read aims at, at most (unless more are asked for)
 
     def __init__(self, parent, fn):
         super().__init__(parent)
         self._fn = fn
         self._check = FilterRatioCheck("filter()")
-        self._seen = 0
-        self._dropped = 0
-        self._tested = 0  # parent elements tested (for error messages)
+        self._seen = 0  # elements tested in the drop-ratio check's current window
+        self._dropped = 0  # ... and dropped among them
+        self._tested = 0  # parent elements read and not given back (for error messages)
         self._kept_total = 0
         self._seen_total = 0
         self._chunked = can_unread(parent)
-        self._last: tuple[int, list[Any]] = (0, [])  # (parent elements read, their verdicts)
+        # The latest parent chunk (what the parent's latest call returned and was not given back):
+        # the verdicts of its elements, the accepted ones (the first `_served` of them returned)
+        # and, if its last element failed, that element's error (raised once `_kept` is served).
+        self._verdicts: list[Any] = []
+        self._kept: list[Any] = []
+        self._served = 0
+        self._error: Exception | None = None
         self._replay: list[Any] = []  # verdicts of the next parent elements (given back before)
-        self._pending: BaseException | None = None
+        self._step = 1  # accepted elements the next read aims at (doubling up to _MAX_AHEAD)
+        self._since = 0  # elements returned since the latest get_state(), less self._served
+        self._elem_bytes = 0  # bytes of an accepted element, as last measured
         # A parent that cannot move back: the element whose test was interrupted and the
         # parent's state before it (see _ChunkedOneToOne).
         self._held: tuple[Any, Any] | None = None
         if not self._chunked:
             self._unread = None  # type: ignore[assignment]  # see can_unread
 
-    def _raise_pending(self) -> None:
-        e, self._pending = self._pending, None
-        assert e is not None
-        raise e
-
-    def get_state(self):
-        held = self._held
-        if held is None:
-            return super().get_state()
-        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+    # --- serving ------------------------------------------------------------------------------
 
     def __next__(self):
-        if self._pending is not None:
-            self._raise_pending()
+        if not self._chunked:
+            return self._next_one()
+        s = self._served
+        kept = self._kept
+        if s < len(kept):
+            self._served = s + 1
+            return kept[s]
+        if self._step == 1 and self._error is None:
+            return self._next_direct()
+        return self._read(1)[0]
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        if not self._chunked:
+            return [self._next_one()]
+        s = self._served
+        kept = self._kept
+        if s < len(kept):
+            out = kept[s : s + max_elements]
+            self._served = s + len(out)
+            return out
+        return self._read(max_elements)
+
+    def _unread(self, count: int) -> None:
+        """Moves back over the last ``count`` elements returned: they are all in ``_kept``."""
+        if count > 0:
+            self._served -= count
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _ask(self, want: int) -> int:
+        """Parent elements to read for ``want`` accepted ones, as estimated so far."""
+        if not self._seen_total:
+            return want
+        if not self._kept_total:
+            return self._MAX_ASK
+        return min(self._MAX_ASK, -(-want * self._seen_total // self._kept_total) + 1)
+
+    def _read(self, n: int) -> list[Any]:
+        """With ``_kept`` served: raises the latest chunk's error, if any, or reads parent chunks
+        until one has accepted elements, makes it the latest chunk and returns its first ``n``."""
+        if self._error is not None:
+            e = self._error
+            self._verdicts, self._kept, self._served, self._error = [], [], 0, None
+            raise e
+        self._since += self._served
+        step = self._step
+        if step < self._MAX_AHEAD:
+            self._step = 2 * step
+        if self._elem_bytes:
+            step = min(step, max(1, CHUNK_BYTES // self._elem_bytes))
+        want = max(n, step)
+        parent, fn = self._parent, self._fn
+        while True:
+            ask = self._ask(want)
+            # The previous chunk is consumed to its end (plain assignments, then the call).
+            self._verdicts, self._kept, self._served = [], [], 0
+            try:
+                chunk = parent.next_chunk(ask)
+            except BaseException as e:
+                if not isinstance(e, Exception):  # interrupted: read little when called again
+                    self._step = 1
+                raise
+            replay = self._replay
+            verdicts: list[Any] = []
+            # Nothing between the parent's return and `try` can be interrupted (a Python call
+            # returns without checking for signals); after `try`, nothing before the commit
+            # calls anything (a call to a builtin checks for signals when it returns).
+            try:
+                if replay:
+                    _replayed_verdicts(chunk, replay, fn, verdicts)
+                else:
+                    # C-level loop; on an exception `verdicts` holds the verdicts before it.
+                    verdicts.extend(map(fn, chunk))
+                kept = list(itertools.compress(chunk, verdicts))
+                size = len(chunk)
+            except BaseException as e:
+                return self._failed(chunk, verdicts, replay, e, n)
+            # The commit: plain assignments.
+            self._replay = replay[size:] if replay else replay
+            self._tested += size
+            if not kept:
+                self._count_fresh(verdicts, len(replay), 0)
+                continue
+            self._verdicts, self._kept = verdicts, kept
+            self._count_fresh(verdicts, len(replay), len(kept))  # may raise: _kept stays
+            self._elem_bytes = element_bytes(kept[0])
+            out = kept[:n]
+            self._served = len(out)
+            return out
+
+    def _next_direct(self):
+        """``next()`` reading the parent one element at a time, without reading ahead: after a
+        start or restore, and while states are taken after every element (where a surplus would
+        only be given back each time). The next read reads ahead (two elements)."""
+        fn, parent = self._fn, self._parent
+        self._since += self._served
+        self._verdicts, self._kept, self._served = [], [], 0
+        self._step = 2
+        while True:
+            x = parent.__next__()  # not next(): no interrupt between its return and `try`
+            replay = self._replay
+            try:
+                if replay:  # a verdict remembered from a give-back (or the error it raised)
+                    v = replay[0]
+                    if isinstance(v, _Raise):
+                        raise v.error
+                    keep = bool(v)
+                else:
+                    keep = bool(fn(x))
+            except BaseException as e:
+                _error_note(e, _stage_name(self.kind, fn), self._tested)
+                if not isinstance(e, Exception):  # interrupted: the element goes back
+                    unread(parent, 1)
+                    raise
+                if replay:  # consumed, as in Grain
+                    del replay[0]
+                self._tested += 1
+                raise
+            self._tested += 1  # the commit: plain statements until the count
+            if keep:
+                self._verdicts, self._kept = [True], [x]
+            if replay:
+                del replay[0]
+            else:
+                self._seen_total += 1
+                self._kept_total += keep
+                self._count_one(keep)  # may raise: an accepted element stays in _kept
+            if keep:
+                self._served = 1
+                return x
+
+    def _failed(
+        self, chunk: list[Any], verdicts: list[Any], replay: list[Any], e: BaseException, n: int
+    ) -> list[Any]:
+        """After testing ``chunk`` stopped with ``e`` at element ``len(verdicts)`` (a truth value
+        that cannot be computed stops it too, at that element): an interrupt gives the chunk back,
+        an ``Exception`` consumes the failing element, gives back the ones after it and returns
+        the accepted ones before it (raising ``e`` when there are none, else at the next call)."""
+        parent, size, k = self._parent, len(chunk), len(verdicts)
+        where = _stage_name(self.kind, self._fn)
+        if not isinstance(e, Exception):  # interrupted: nothing of the chunk is consumed
+            _error_note(e, where, self._tested + k)
+            remembered = verdicts + replay[k:]
+            unread(parent, size)
+            self._replay = remembered
+            self._step = 1  # read little when called again (so a retry soon gets through)
+            raise e
+        # Verdicts known for the elements from the chunk's first on (a failing one as _Raise).
+        if k < size:  # `fn` (or a remembered verdict) failed at element k
+            known = [*verdicts, _Raise(e), *replay[k + 1 :]]
+            try:
+                kept = list(itertools.compress(chunk, verdicts))
+            except Exception:  # an earlier truth value fails: that element fails first
+                kept, k, e = _truth_failure(chunk, verdicts)
+        else:  # a verdict's truth value failed (verdicts of the whole chunk were computed)
+            known = [*verdicts, *replay[size:]]
+            kept, k, e = _truth_failure(chunk, verdicts)
+        _error_note(e, where, self._tested + k)
+        fresh = len(replay)
+        if k + 1 < size:
+            unread(parent, size - k - 1)  # then plain assignments only
+        self._replay = known[k + 1 :]
+        self._tested += k + 1
+        # The failing element ends the latest chunk; its error is raised once `kept` is served
+        # (also when counting raises the drop-ratio error first).
+        self._verdicts, self._kept, self._error = verdicts[:k], kept, e
+        self._count_fresh(verdicts[:k], fresh, len(kept))
+        if not kept:
+            self._verdicts, self._error = [], None
+            raise e
+        out = kept[:n]
+        self._served = len(out)
+        return out
+
+    def _next_one(self):
+        """One element, reading the parent (which cannot move back) one element at a time."""
         fn, parent = self._fn, self._parent
         while True:
             held = self._held
             if held is not None:
                 x, before = held
             else:
-                before = None if self._chunked else parent.get_state()
+                before = parent.get_state()
                 x = parent.__next__()  # not next(): no interrupt between its return and `try`
-            replay = self._replay
             try:
-                if replay:  # a verdict remembered from a give-back (or the error it raised)
-                    keep = replay[0]
-                    failed = isinstance(keep, _Raise)
-                    keep = failed or bool(keep)
-                else:
-                    failed = False
-                    keep = bool(fn(x))
-                    self._seen_total += 1
-                    if keep:
-                        self._kept_total += 1
-                    self._count_seen(1, 0 if keep else 1)
+                keep = bool(fn(x))
+                self._count_one(keep)  # (interrupted here, the element is tested again)
             except BaseException as e:
-                if not replay:
-                    _error_note(e, _stage_name(self.kind, fn), self._tested)
-                self._last = (0, [])
-                if isinstance(e, Exception) and not replay:  # consumed, as in Grain
+                _error_note(e, _stage_name(self.kind, fn), self._tested)
+                if isinstance(e, Exception):  # consumed, as in Grain
                     self._held = None
                     self._tested += 1
-                elif self._chunked:
-                    unread(parent, 1)
-                else:  # a parent that cannot move back: hold it, with the state before it
+                else:  # hold it, with the parent's state before it
                     self._held = (x, before)
                 raise
-            # The commit: plain statements, no call, until the return.
-            if replay:
-                error = replay[0]
-                del replay[0]
-                if failed:
-                    self._tested += 1
-                    self._last = (0, [])
-                    raise error.error
-            self._held = None
+            self._held = None  # the commit: plain assignments, no call
             self._tested += 1
             if keep:
-                self._last = (1, [True])
                 return x
 
-    def _verdicts(self, chunk: list[Any], out: list[Any]) -> None:
-        """Appends the verdict of every element of ``chunk`` to ``out``: remembered ones first,
-        then ``fn``'s (when it raises, ``out`` holds the verdicts before the failure)."""
-        replay = self._replay
-        if replay:
-            k = min(len(replay), len(chunk))
-            for j in range(k):
-                if isinstance(replay[j], _Raise):  # an element that failed: fail again
-                    out += replay[:j]
-                    self._replay = replay[j + 1 :]
-                    raise replay[j].error
-            out += replay[:k]
-            self._replay = replay[k:]
-            chunk = chunk[k:]
-        append, fn = out.append, self._fn
-        for x in chunk:
-            append(fn(x))
+    # --- state --------------------------------------------------------------------------------
 
-    def next_chunk(self, max_elements: int) -> list[Any]:
-        if not self._chunked:
-            return [self.__next__()]
-        if self._pending is not None:
-            self._raise_pending()
-        parent = self._parent
-        while True:
-            ask = max_elements
-            if self._seen_total:
-                kept = max(self._kept_total, 1)
-                ask = min(self._MAX_ASK, max(ask, -(-max_elements * self._seen_total // kept) + 1))
-            remembered = len(self._replay)
-            chunk = parent.next_chunk(ask)
-            verdicts: list[Any] = []
-            try:
-                self._verdicts(chunk, verdicts)
-            except BaseException as e:
-                k, n = len(verdicts), len(chunk)
-                _error_note(e, _stage_name(self.kind, self._fn), self._tested + k)
-                self._count_fresh(verdicts[remembered:])
-                self._last = (0, [])
-                if isinstance(e, Exception):  # the failing element is consumed
-                    self._tested += k + 1
-                    unread(parent, n - k - 1)
-                    kept = list(itertools.compress(chunk, verdicts))
-                    if kept:
-                        self._pending = e
-                        self._last = (k + 1, verdicts)
-                        return kept
-                else:  # interrupted: nothing of the chunk is consumed
-                    unread(parent, n)
-                    self._replay = verdicts  # (what was remembered is part of this chunk)
-                raise
-            n = len(chunk)
-            try:
-                self._count_fresh(verdicts[remembered:])
-                kept = list(itertools.compress(chunk, verdicts))
-                idx = n
-                if len(kept) > max_elements:
-                    # Give back what follows the max_elements-th kept element; remember its
-                    # verdicts.
-                    idx, found = 0, 0
-                    while found < max_elements:
-                        if verdicts[idx]:
-                            found += 1
-                        idx += 1
-                    kept = kept[:max_elements]
-                replay = verdicts[idx:] + self._replay
-            except BaseException as e:
-                if not isinstance(e, Exception):  # interrupted: nothing of the chunk is consumed
-                    unread(parent, n)
-                    self._replay = verdicts + self._replay
-                raise
-            if idx < n:
-                try:
-                    unread(parent, n - idx)  # the last call: plain assignments after it
-                except BaseException:  # interrupted on the way in: it moved nothing
-                    unread(parent, n)
-                    self._replay = verdicts + self._replay
-                    raise
-                self._replay = replay
-            self._tested += idx
-            if kept:
-                self._last = (idx, verdicts[:idx])
-                return kept
-
-    def _count_fresh(self, verdicts: list[Any]) -> None:
-        """Counts newly tested elements for the drop-ratio check and the read-ahead estimate."""
-        if verdicts:
-            kept = sum(map(bool, verdicts))
-            self._kept_total += kept
-            self._seen_total += len(verdicts)
-            self._count_seen(len(verdicts), len(verdicts) - kept)
-
-    def _count_seen(self, seen: int, dropped: int) -> None:
-        self._seen += seen
-        self._dropped += dropped
-        if self._seen >= self._CHECK_EVERY:
-            self._flush()
-
-    def _unread(self, count: int) -> None:
-        """Moves the parent back to just after the element before the last ``count`` kept ones,
-        remembering the verdicts of the elements given back."""
-        if count <= 0:
+    def _give_back(self) -> None:
+        """Moves the parent back over the elements of the latest chunk after the last one returned
+        (after the first accepted one if none was), remembering their verdicts."""
+        verdicts, kept, s, error = self._verdicts, self._kept, self._served, self._error
+        positions = list(itertools.compress(range(len(verdicts)), verdicts))
+        p = positions[s - 1] + 1 if s else (positions[0] if positions else len(verdicts))
+        back = len(verdicts) - p + (error is not None)
+        if not back:
             return
-        n, verdicts = self._last
-        pos = len(verdicts)
-        while count:
-            pos -= 1
-            if verdicts[pos]:
-                count -= 1
-        # Verdicts known for the elements given back, and the error of a failing one after them.
-        given_back = verdicts[pos:]
-        if self._pending is not None:
-            given_back.append(_Raise(self._pending))
-        replay = given_back + self._replay
-        unread(self._parent, n - pos)  # then plain assignments only: all or nothing
-        self._pending = None
-        self._replay = replay
-        self._tested -= n - pos
-        self._last = (pos, verdicts[:pos])
+        remembered = verdicts[p:]
+        if error is not None:
+            remembered.append(_Raise(error))
+        remembered += self._replay
+        unread(self._parent, back)  # then plain assignments only: all or nothing
+        self._replay = remembered
+        self._verdicts, self._kept, self._error = verdicts[:p], kept[:s], None
+        self._tested -= back
+
+    def get_state(self):
+        held = self._held
+        if held is not None:
+            return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+        verdicts, s = self._verdicts, self._served
+        if s < len(self._kept) or self._error is not None or (verdicts and not verdicts[-1]):
+            self._give_back()
+        # States taken every k elements (by thread_prefetch or device_put after each element, by
+        # a training loop after each step): read about k ahead, so each give-back stays small.
+        since = self._since + s
+        self._step = since if 0 < since < self._MAX_AHEAD else (1 if since <= 0 else self._MAX_AHEAD)
+        self._since = -s
+        return _state.make_state(self.kind, parent=self._parent.get_state())
 
     def _set_extra_state(self, state):
         self._held = None
-        self._pending = None
+        self._error = None
         self._replay = []
-        self._last = (0, [])
+        self._verdicts, self._kept, self._served = [], [], 0
+        self._step, self._since = 1, 0
 
-    def _flush(self):
-        seen, dropped = self._seen, self._dropped
-        self._seen = self._dropped = 0
-        self._check.record(dropped, seen, self._options)
+    # --- the drop-ratio check -----------------------------------------------------------------
+
+    def _count_fresh(self, verdicts: list[Any], remembered: int, kept: int) -> None:
+        """Counts the newly tested elements among ``verdicts`` (those after the first
+        ``remembered``; ``kept`` is the number accepted among all of them) for the read-ahead
+        estimate and the drop-ratio check, which gets exactly one window of
+        ``filter_check_min_elements`` elements at a time, as Grain checks them."""
+        if remembered:
+            verdicts = verdicts[remembered:]
+            kept = sum(map(bool, verdicts))
+        size = len(verdicts)
+        if not size:
+            return
+        self._kept_total += kept
+        self._seen_total += size
+        window = max(1, FilterRatioCheck.window(self._options))
+        start = 0
+        while True:
+            room = window - self._seen
+            if size - start < room:
+                self._seen += size - start
+                self._dropped += size - start - kept
+                return
+            whole = room == size  # (then start is 0)
+            piece_kept = kept if whole else sum(map(bool, verdicts[start : start + room]))
+            dropped = self._dropped + room - piece_kept
+            self._seen = self._dropped = 0
+            start += room
+            kept -= piece_kept
+            self._check.record(dropped, window, self._options)
+            if start == size:
+                return
+
+    def _count_one(self, keep: bool) -> None:
+        """Counts one element tested by ``_next_one`` (see ``_count_fresh``)."""
+        self._seen += 1
+        if not keep:
+            self._dropped += 1
+        if self._seen >= FilterRatioCheck.window(self._options):
+            seen, dropped = self._seen, self._dropped
+            self._seen = self._dropped = 0
+            self._check.record(dropped, seen, self._options)
+
+
+def _replayed_verdicts(chunk: list[Any], replay: list[Any], fn: Any, out: list[Any]) -> None:
+    """Appends the verdicts of ``chunk`` to ``out``: the remembered ones (``replay``) first, raising
+    the error of a remembered failing element, then ``fn``'s."""
+    j = min(len(replay), len(chunk))
+    for i in range(j):
+        r = replay[i]
+        if isinstance(r, _Raise):
+            out += replay[:i]
+            raise r.error
+    out += replay[:j]
+    if len(chunk) > j:
+        out.extend(map(fn, chunk[j:]))
+
+
+def _truth_failure(chunk: list[Any], verdicts: list[Any]) -> tuple[list[Any], int, Exception]:
+    """The accepted elements before the first verdict whose truth value raises, its index and
+    the error (which ``bool(verdict)`` raises in element-wise reading)."""
+    kept: list[Any] = []
+    for k, v in enumerate(verdicts):
+        try:
+            keep = bool(v)
+        except Exception as e:
+            return kept, k, e
+        if keep:
+            kept.append(chunk[k])
+    raise AssertionError("no verdict fails")  # pragma: no cover  (only called after one failed)
 
 
 # --- many-to-one and one-to-many --------------------------------------------------------------------

@@ -19,7 +19,7 @@ from grain_core.validation import ArgumentTypeError, check_int
 
 
 def _index_array(indices: Sequence[int] | np.ndarray) -> np.ndarray:
-    if type(indices) is range:  # a reader's chunk: np.asarray would iterate it in Python
+    if type(indices) is range:  # what to_iter_dataset reads with: no element-wise conversion
         return np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
     return np.asarray(indices, dtype=np.int64)
 

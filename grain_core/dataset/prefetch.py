@@ -9,22 +9,26 @@ state is always the index after the last element returned, whatever has been rea
 Chunk size and read-ahead are separate. With ``num_threads=0`` or ``prefetch_buffer_size=0``
 nothing is read ahead in the background: the caller reads synchronous chunks itself, 1, 2, 4, ...
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
-``_SYNC_GROW_SECONDS``, up to ``_MAX_CHUNK`` elements and about ``_CHUNK_BYTES`` bytes.
+``_SYNC_GROW_SECONDS``, up to ``_MAX_CHUNK`` elements and about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
-unreturned rest of the chunk being consumed, and each chunk holds at most about ``_CHUNK_BYTES``.
-Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for (*on
-demand*: one pool thread reads it while the consumer waits, sized as synchronous chunks, at most
-the buffer) is chosen by measuring both, end to end (``read_policy.ReadModePolicy``): reading
-ahead wins when reads release the GIL (I/O, ArrayRecord) or the consumer does; on demand wins when
-reads are cheap Python work that threads reading ahead would only slow down by contending for the
-GIL. Chunks read ahead before a switch to on demand are consumed first; reading ahead restarts
-as after a (re)start (small chunks, the ramp below). The choice changes who reads when, never
-which elements come out, in what order, or the state.
+unreturned rest of the chunk being consumed, and each chunk holds at most about ``CHUNK_BYTES``.
+Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for is chosen by
+measuring both, end to end (``read_policy.ReadModePolicy``): reading ahead wins when reads release
+the GIL (I/O, large numpy work) or the consumer does; not reading ahead wins when reads are cheap
+Python work that threads reading ahead would only slow down by contending for the GIL. The policy
+starts without reading ahead. A chunk read when asked for is sized as synchronous chunks (at most
+the buffer) and read either *on demand* (one pool thread reads it while the consumer waits) or
+*inline* (the consumer reads it itself, as without threads: no hand-off), inline only while the
+recent chunks were quick to read (see the slow-element rule below). Chunks read ahead before a
+switch are consumed first; reading ahead (re)starts with a ramp, from chunks as large as those
+read when asked for. The choice changes who reads when, never which elements come out, in what
+order, or the state.
 
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
-caller reads the first element itself (it waits for it anyway), then chunks go to the threads with
-a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk consumed): the first elements do
+caller reads the first element itself (it waits for it anyway); then, while the policy reads ahead,
+chunks go to the threads with a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk
+consumed; the policy's choice is kept across restores): the first elements do
 not wait behind a pool of threads competing for the GIL, and a restore followed soon by another
 restore wastes little work. The ramp reaches the full pool after a handful of chunks, so
 steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for reading ahead
@@ -33,7 +37,12 @@ at once).
 A slow element does not hold back finished earlier ones (read ahead or on demand): when the chunk
 at the head of the buffer has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
 caller reads that chunk's elements itself, one at a time, and hands each out as soon as it is read
-(switching back to the thread's result once it is done).
+(switching back to the thread's result once it is done). A chunk read inline is one
+``__getitems__`` call of the consumer, so there a slow element holds back the earlier elements of
+its own chunk, as without threads. Chunks are read inline only after
+``ReadModePolicy.INLINE_AGAIN_STEPS`` chunks in a row took under ``INLINE_MAX_SECONDS`` (10 ms,
+1/25 of ``_SLOW_MIN_SECONDS``) to read, and one that took longer sends the next ones back to the
+pool: a slow element holds back at most one chunk of elements read while reads were quick.
 
 A failing read is retried element by element, so the elements before the failing one are delivered
 and the error (with a note naming the index) surfaces at the element that caused it.
@@ -53,6 +62,7 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
+from grain_core.dataset.chunking import CHUNK_BYTES, element_bytes
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
@@ -62,7 +72,6 @@ _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
 _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
-_CHUNK_BYTES = 4 << 20  # a chunk holds about this many bytes at most (at least one element)
 _SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
@@ -99,7 +108,7 @@ class FilterRatioCheck:
     """Counts kept and dropped elements in windows and warns or raises per ``DatasetOptions``.
 
     As Grain's filter check: once a window holds ``filter_check_min_elements`` elements (1000 by
-    default; a window ends at a chunk boundary, so it may hold a few more), the fraction dropped in
+    default; :meth:`record_chunk` splits chunks at window ends), the fraction dropped in
     that window is compared with the thresholds (``>=``) and the window starts again. The warning goes
     through ``logging`` (logger ``grain_core.dataset.prefetch``, level WARNING, at most once a
     minute per iterator), as Grain logs it; the error is a :class:`FilterRatioError` (a
@@ -112,6 +121,28 @@ class FilterRatioCheck:
         self._seen = 0
         self._dropped = 0
         self._warned_at: float | None = None
+
+    @staticmethod
+    def window(options: DatasetOptions | None) -> int:
+        """Elements in a window under ``options`` (the defaults when None)."""
+        return (options or _DEFAULT_OPTIONS).filter_check_min_elements
+
+    def record_chunk(self, items: list[Any], options: DatasetOptions | None) -> int:
+        """Counts a chunk of read elements (``None`` = dropped by a ``MapDataset.filter``),
+        split at window ends so that every window holds exactly ``filter_check_min_elements``
+        elements, as in Grain; returns how many were dropped."""
+        window = max(1, self.window(options))
+        n = len(items)
+        total = 0
+        start = 0
+        while start < n:
+            stop = min(n, start + window - self._seen)
+            piece = items if (start == 0 and stop == n) else items[start:stop]
+            dropped = sum(map(operator.is_, piece, itertools.repeat(None)))
+            total += dropped
+            self.record(dropped, stop - start, options)
+            start = stop
+        return total
 
     def record(self, dropped: int, seen: int, options: DatasetOptions | None) -> None:
         self._seen += seen
@@ -254,12 +285,12 @@ class PrefetchDatasetIterator(DatasetIterator):
         return items, t1 - t0, t1
 
     def _chunk_limit(self, ahead: bool) -> int:
-        """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``_CHUNK_BYTES`` bytes and,
+        """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``CHUNK_BYTES`` bytes and,
         with threads, the buffer (a chunk read when asked for) or half of it (a chunk read ahead,
         so reading ahead overlaps consuming)."""
         limit = _MAX_CHUNK
         if self._elem_bytes:
-            limit = min(limit, max(1, _CHUNK_BYTES // self._elem_bytes))
+            limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
             budget = self._read_options.prefetch_buffer_size
             limit = min(limit, max(1, budget // 2 if ahead else budget))
@@ -327,7 +358,8 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not ahead:
                 if not self._buffer:
                     stop = min(self._len, start + self._sync_chunk)
-                    fut = None if self._sync or self._cold else self._submit(start, stop)
+                    inline = self._sync or self._cold or self._policy.inline
+                    fut = None if inline else self._submit(start, stop)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
                     self._buffer += ((start, stop, fut, False),)
@@ -335,8 +367,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                 break
             if self._settle_at is None:
                 self._settle_at = start + budget
-                if self._restart_ahead:  # as after a (re)start: small chunks, a ramp
-                    self._chunk, self._ramp, self._restart_ahead = 1, 1, False
+                if self._restart_ahead:  # a ramp, from chunks as large as those read when asked for
+                    self._chunk = min(self._sync_chunk, self._chunk_limit(True))
+                    self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             stop = min(self._len, start + self._chunk)
@@ -362,6 +395,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         start, stop, fut, ahead = self._buffer[0]
         items: Any
         lazy = False
+        waited: float | None = None  # how long reading it took (None: unknown, it failed)
         # The pool's chunk size learns from chunks read ahead and from the first chunk of a
         # (re)start (read by the caller); chunks read on demand leave it alone.
         sizes_pool = ahead or (fut is None and self._cold and not self._sync)
@@ -375,6 +409,9 @@ class PrefetchDatasetIterator(DatasetIterator):
                     # A slow element: hand out what can be read without waiting for it.
                     items, lazy = _LazyChunk(self._ds, start, stop, fut), True
                     seconds = done = 0.0
+                    waited = self._slow_after()
+            if not lazy:
+                waited = seconds
             if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
@@ -385,15 +422,13 @@ class PrefetchDatasetIterator(DatasetIterator):
         dense = True
         if not lazy:
             if items:
-                self._elem_bytes = _nbytes(items[0]) or self._elem_bytes
+                self._elem_bytes = element_bytes(items[0]) or self._elem_bytes
             if sizes_pool:
                 self._adapt(seconds, pool_seconds)
             if not ahead:
                 self._adapt_sync(seconds)
             if not self._allow_nones:
-                dropped = sum(map(operator.is_, items, itertools.repeat(None)))
-                dense = not dropped
-                self._filter_check.record(dropped, len(items), self._options)
+                dense = not self._filter_check.record_chunk(items, self._options)
         else:
             dense = self._allow_nones
         consumed = len(self._current)  # the previous chunk, consumed to its end
@@ -411,9 +446,18 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._ramp = None
         now = time.perf_counter()
         last, self._step_from = self._step_from, now
-        if last is not None and consumed:
-            settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
-            self._policy.record(ReadStep(ahead, consumed, now - last, settled))
+        settled = not ahead or (self._settle_at is not None and start >= self._settle_at)
+        measured = last is not None and consumed
+        read_seconds = None if ahead else waited
+        self._policy.record(
+            ReadStep(
+                ahead,
+                consumed if measured else 0,
+                now - last if measured and last is not None else 0.0,
+                settled,
+                read_seconds,
+            )
+        )
         if not self._policy.read_ahead:
             self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:
@@ -575,19 +619,6 @@ class _LazyChunk:
         self._read[pos] = x
         return x
 
-
-def _nbytes(x: Any) -> int:
-    """Approximate bytes of one element: its numpy arrays and ``bytes``/``str`` leaves."""
-    n = getattr(x, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    if isinstance(x, (bytes, bytearray, str)):
-        return len(x)
-    if isinstance(x, dict):
-        return sum(_nbytes(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return sum(_nbytes(v) for v in x)
-    return 8
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:

@@ -1,22 +1,34 @@
-"""Whether a threaded ``to_iter_dataset`` reads ahead of its consumer, or only the chunk asked for.
+"""Whether a threaded ``to_iter_dataset`` reads ahead of its consumer, or only the chunk asked for
+(by a pool thread, or by the consumer itself).
 
-Reading ahead in threads pays off when reading releases the GIL (I/O, ArrayRecord, large numpy
-work) or when the consumer does (a training step): reading then overlaps consuming. When reading
-is cheap Python work, threads reading ahead only compete with the consumer for the GIL and the
-cores, and the consumer runs several times slower. Without read-ahead ("on demand"), the pool reads
-just the chunk the consumer asks for while the consumer waits: no contention, one hand-off per
-chunk, and a slow element still does not hold back finished ones (the consumer's usual slow-head
-fallback applies to that chunk too).
+Reading ahead in threads pays off when reading releases the GIL (I/O, large numpy work) or when the
+consumer does (a training step): reading then overlaps consuming. When reading is cheap Python
+work, threads reading ahead only compete with the consumer for the GIL and the cores, and the
+consumer runs several times slower. Not reading ahead, the chunk the consumer asks for is read
+while it waits, in one of two ways (:attr:`ReadModePolicy.inline`):
 
-:class:`ReadModePolicy` decides by measuring both, end to end: the iterator reports, for every
-chunk it makes current, how many indices the consumer went through since the previous one and how
-long that took (:class:`ReadStep`; the consumer's own work is included, since that is where the
-contention shows). The policy compares the two modes' rates over windows of steps and keeps the
-faster:
+* *on demand*: a pool thread reads it: no contention, one thread hand-off per chunk, and a slow
+  element does not hold back finished ones (the consumer's usual slow-head fallback applies);
+* *inline*: the consumer reads it itself, as with ``num_threads=0``: no hand-off, but a slow
+  element holds back the earlier elements of its own chunk until it is read. So chunks are read
+  inline only once ``INLINE_AGAIN_STEPS`` chunks in a row took under ``INLINE_MAX_SECONDS`` to read
+  (1/25 of the iterator's slow-head threshold, and chunks read this way are sized to take a few
+  milliseconds); a chunk that took longer sends the next ones back to the pool (on demand). What
+  a slow element can hold back is thus one chunk of elements read while chunks were quick, once
+  in a row of quick chunks; until then, and after it, the guarantee holds as on demand.
 
-* it measures reading ahead first (what the iterator did before this policy, so no pipeline
-  starts slower) for ``FIRST_WINDOWS`` windows, then on demand for one, and keeps reading ahead
-  unless on demand was faster by ``SWITCH_MARGIN``;
+:class:`ReadModePolicy` decides between reading ahead and not by measuring both, end to end: the
+iterator reports, for every chunk it makes current, how many indices the consumer went through
+since the previous one and how long that took (:class:`ReadStep`; the consumer's own work is
+included, since that is where the contention shows), and how long reading it took when it was read
+while the consumer waited (which decides inline). The policy compares the two modes' rates over
+windows of steps and keeps the faster:
+
+* it measures not reading ahead first (cheap to measure: no pool to fill, nothing to contend) for
+  ``FIRST_WINDOWS`` windows, then reading ahead for one window once the pool has read a buffer's
+  worth, and keeps not reading ahead unless reading ahead was faster by ``SWITCH_MARGIN``
+  (``start_prefetch()`` asks for reading ahead at once: then reading ahead is measured first and
+  kept unless not reading ahead is faster by the margin);
 * it keeps that mode for ``FIRST_BACKOFF`` times as long as the other mode's last stint took
   (its window, with the chunks skipped and drained around it), then probes the other for one
   window and switches if the other is faster by ``SWITCH_MARGIN``; each confirmed choice doubles
@@ -31,18 +43,20 @@ one slowed window should not make the policy switch.
 
 A window is at least ``MIN_STEPS`` steps of the current mode and ``MIN_SECONDS`` (only
 ``EXPLORE_STEPS`` and ``EXPLORE_SECONDS`` while exploring at the start, so that short runs are
-not mostly spent measuring; a wrong first choice is corrected by the first probe). The first ``FIRST_SKIP_STEPS``
-steps (the pool ramping up) and the first ``SKIP_STEPS`` after a switch are not counted (the pool
-is still filling or draining), nor are steps not ``settled`` (reading ahead before the pool has
-read a buffer's worth since it started: the consumer is still waiting for a pool filling up) or
-steps of the other mode (chunks read ahead before the switch are consumed first).
+not mostly spent measuring; a wrong first choice is corrected by the first probe). The first
+``FIRST_SKIP_STEPS`` steps (chunks still growing, or the pool ramping up) and the first
+``SKIP_STEPS`` after a switch are not counted (the pool is still filling or draining), nor are
+steps not ``settled`` (reading ahead before the pool has read a buffer's worth since it started:
+the consumer is still waiting for a pool filling up) or steps of the other mode (chunks read ahead
+before the switch are consumed first).
 
 The policy has no clock: it sees only the measurements given to it, so tests drive it with
 made-up steps. The iterator keeps it in its private ``_policy`` attribute and uses only
-:attr:`ReadModePolicy.read_ahead`, :meth:`ReadModePolicy.record` and
-:meth:`ReadModePolicy.start_reading_ahead`, so tests also replace it with scripted decisions. It
-decides how reading is scheduled, never what is read: the elements, their order, the iterator's
-state and the bound on elements in flight (``prefetch_buffer_size``) do not depend on it.
+:attr:`ReadModePolicy.read_ahead`, :attr:`ReadModePolicy.inline`, :meth:`ReadModePolicy.record`
+and :meth:`ReadModePolicy.start_reading_ahead`, so tests also replace it with scripted decisions.
+It decides how reading is scheduled, never what is read: the elements, their order, the
+iterator's state and the bound on elements in flight (``prefetch_buffer_size``) do not depend on
+it.
 """
 
 from __future__ import annotations
@@ -56,33 +70,44 @@ class ReadStep:
     """One chunk made current: whether it was ``read_ahead`` (else read when asked for), and the
     ``elements`` (indices) the consumer went through in the ``seconds`` since the previous chunk
     was made current; ``settled`` False while reading ahead has not yet filled its buffer once
-    since it (re)started (the step is not measured, its time counts as the mode's cost)."""
+    since it (re)started (the step is not measured, its time counts as the mode's cost);
+    ``read_seconds``: how long reading the chunk made current took, when it was read while the
+    consumer waited (inline or on demand; None when it was read ahead)."""
 
     read_ahead: bool
     elements: int
     seconds: float
     settled: bool = True
+    read_seconds: float | None = None
 
 
 class ReadModePolicy:
     """Chooses between reading ahead in the pool (:attr:`read_ahead` True) and reading only the
-    chunk asked for (False); see the module docstring."""
+    chunk asked for (False), then by the consumer itself (:attr:`inline` True) or by a pool
+    thread; see the module docstring."""
 
     MIN_STEPS = 4
     MIN_SECONDS = 0.03
     EXPLORE_SECONDS = 0.01
     EXPLORE_STEPS = 2
-    FIRST_SKIP_STEPS = 4
+    FIRST_SKIP_STEPS = 2
     SKIP_STEPS = 2
     HISTORY = 3
-    FIRST_WINDOWS = 3
+    FIRST_WINDOWS = 2
     SWITCH_MARGIN = 1.25
     FIRST_BACKOFF = 8
     MAX_BACKOFF = 256
     DROP_FACTOR = 0.5
 
-    def __init__(self, read_ahead: bool = True):
+    INLINE_MAX_SECONDS = 0.01
+    INLINE_AGAIN_STEPS = 8
+
+    def __init__(self, read_ahead: bool = False):
         self.read_ahead = read_ahead
+        # Not reading ahead: whether the consumer reads the chunk itself (else a pool thread
+        # reads it while the consumer waits); see _note_read.
+        self.inline = False
+        self._quick_reads = 0  # chunks in a row read in under INLINE_MAX_SECONDS (not inline)
         self.phase = "first"  # "first", "second" (exploring), "keep", "probe"
         # elements/s of each mode's last windows, newest last
         self.windows: dict[bool, collections.deque[float]] = {
@@ -122,6 +147,7 @@ class ReadModePolicy:
     def record(self, step: ReadStep) -> None:
         """Takes one measurement; may change :attr:`read_ahead`."""
         self._started = True
+        self._note_read(step.read_seconds)
         self._since_switch += max(step.seconds, 0.0)
         if step.read_ahead != self.read_ahead or step.elements <= 0 or not step.settled:
             return
@@ -168,6 +194,18 @@ class ReadModePolicy:
                 self._switch(not mode)
             else:
                 self._reset_window()
+
+    def _note_read(self, seconds: float | None) -> None:
+        """Inline while chunks read when asked for take under ``INLINE_MAX_SECONDS``; after one
+        that took longer, in the pool until ``INLINE_AGAIN_STEPS`` in a row are that quick."""
+        if seconds is None:
+            return
+        if seconds >= self.INLINE_MAX_SECONDS:
+            self.inline, self._quick_reads = False, 0
+        elif not self.inline:
+            self._quick_reads += 1
+            if self._quick_reads >= self.INLINE_AGAIN_STEPS:
+                self.inline, self._quick_reads = True, 0
 
     def _keep(self, mode: bool, *, reset_backoff: bool, cost: float) -> None:
         if reset_backoff:

@@ -250,6 +250,62 @@ def test_in_caller_stages_keep_the_interrupted_element(name, read_chunks):
             again.close()
 
 
+def _drain_taking_states(it, read_chunks, every):
+    """Reads ``it`` to its end under real interrupts, taking ``get_state()`` (itself interrupted
+    and retried) after every ``every``-th call; returns the elements and (position, state)
+    pairs. (No lambdas: the interrupter would interrupt them, losing what ``next`` returned.)"""
+    out, states, calls = [], [], 0
+    with Interrupter(packages=(grain, _HERE), exclude=(_drain_taking_states,)) as intr:
+        while True:
+            intr.armed = True
+            try:
+                got = it.next_chunk(7) if read_chunks else [next(it)]
+            except KeyboardInterrupt:
+                continue
+            except StopIteration:
+                break
+            finally:
+                intr.armed = False
+            out += got
+            calls += 1
+            while calls % every == 0:
+                intr.armed = True
+                try:
+                    state = it.get_state()
+                except KeyboardInterrupt:
+                    continue
+                finally:
+                    intr.armed = False
+                states.append((len(out), state))
+                break
+    assert intr.raised > 0
+    return [_plain(x) for x in out], states
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+@pytest.mark.parametrize("read_chunks", [False, True], ids=["next", "next_chunk"])
+@pytest.mark.parametrize("every", [1, 4])
+@pytest.mark.parametrize("batched", [False, True], ids=["filter", "filter_batch"])
+def test_filter_read_ahead_given_back_by_states_under_interrupts(read_chunks, every, batched):
+    """``filter`` keeps what it read ahead and gives it back to its input in ``get_state()``:
+    with states taken often and real interrupts anywhere (in the user's functions, in grain_core,
+    inside ``get_state`` itself), the elements are exactly those of an uninterrupted run and every
+    state restores to exactly the rest."""
+
+    def make():
+        ds = grain.MapDataset.range(500).to_iter_dataset(_RO0).map(_slow).filter(_slow_pred)
+        return ds.batch(3) if batched else ds
+
+    expected = [_plain(x) for x in make()]
+    it = iter(make())
+    out, states = _drain_taking_states(it, read_chunks, every)
+    assert out == expected
+    for pos, state in states[:: max(1, len(states) // 6)]:
+        again = iter(make())
+        again.set_state(state)
+        assert [_plain(x) for x in again] == expected[pos:]
+
+
 def test_an_exception_in_the_users_function_consumes_its_element():
     """Grain's behaviour, kept: an ordinary exception propagates and its element is consumed;
     the iterator goes on with the next one (only interrupts keep the element pending)."""
