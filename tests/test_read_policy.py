@@ -98,6 +98,49 @@ def test_cheap_reads_do_not_read_ahead():
     assert not p.read_ahead and p.phase == "keep"
 
 
+def _read_share_window(p: ReadModePolicy, share: float, skip: int = 0) -> None:
+    """One window not reading ahead at 1000 elements/s whose chunks took ``share`` of its time
+    to read while the consumer waited."""
+    exploring = p.phase in ("first", "second")
+    for _ in range(skip):
+        p.record(ReadStep(False, 10**6, 0.0, read_seconds=0.0))
+    for _ in range(P.EXPLORE_STEPS if exploring else P.MIN_STEPS):
+        p.record(ReadStep(False, round(1000 * STEP), STEP, read_seconds=share * STEP))
+
+
+def test_reading_ahead_not_tried_where_it_cannot_win_by_the_margin():
+    """Reading ahead at best hides the read time: reads taking under 1 - 1/SWITCH_MARGIN of the
+    consumer's time are never worth measuring it, not at the start, not at a due probe, not
+    after a drop in rate."""
+    limit = 1 - 1 / P.SWITCH_MARGIN
+    p = ReadModePolicy()
+    _read_share_window(p, limit * 0.9, skip=P.FIRST_SKIP_STEPS)
+    _read_share_window(p, limit * 0.9)
+    assert not p.read_ahead and p.phase == "keep"
+    for _ in range(50):
+        _read_share_window(p, limit * 0.9)
+        assert not p.read_ahead and p.phase == "keep"
+    for _ in range(P.MIN_STEPS):  # a sharp drop, still with cheap reads
+        p.record(ReadStep(False, round(100 * STEP), STEP, read_seconds=0.0))
+    assert not p.read_ahead and p.phase == "keep"
+    _read_share_window(p, limit * 1.1)  # reads turned expensive: reading ahead is probed
+    assert p.read_ahead and p.phase == "probe"
+
+
+@pytest.mark.parametrize("share", [0.25, 0.9])
+def test_reading_ahead_explored_where_reads_take_enough_of_the_time(share):
+    p = ReadModePolicy()
+    _read_share_window(p, share, skip=P.FIRST_SKIP_STEPS)
+    _read_share_window(p, share)
+    assert p.read_ahead and p.phase == "second"
+
+
+def test_reading_ahead_explored_when_read_times_are_unknown():
+    p = ReadModePolicy()
+    _first_windows(p, 1000.0)  # steps without read_seconds
+    assert p.read_ahead and p.phase == "second"
+
+
 def test_reading_ahead_chosen_when_faster_by_the_margin():
     p = _explored(5000.0, 1000.0)
     assert p.read_ahead and p.phase == "keep"

@@ -35,7 +35,12 @@ windows of steps and keeps the faster:
   that factor (up to ``MAX_BACKOFF``), a switch resets it. So probing takes about a ninth of the
   time, and less and less while the choice holds, however long each mode's windows take;
 * a window at less than ``DROP_FACTOR`` of the rate the current mode had when chosen (reads
-  turned expensive, say) brings the next probe forward to now.
+  turned expensive, say) brings the next probe forward to now;
+* reading ahead is neither explored nor probed after a window without it whose chunks were all
+  read while the consumer waited and took less than ``1 - 1/SWITCH_MARGIN`` of its time: reading
+  ahead can at best hide that time, so it could not win by the margin (the consumer's own work,
+  such as a window shuffle's or a training step's, is the rest). Each later window is checked
+  again, so reads turning expensive are noticed.
 
 The kept mode's rate, for these comparisons, is the best of its last ``HISTORY`` windows (a
 probe has its one window): on a shared machine a window is only ever slowed down by others, and
@@ -130,6 +135,20 @@ class ReadModePolicy:
         self._steps = 0
         self._elements = 0
         self._seconds = 0.0
+        # Seconds the window's chunks took to read while the consumer waited; None once a step
+        # of the window has no such measurement.
+        self._read_seconds: float | None = 0.0
+
+    def _ahead_cannot_win(self) -> bool:
+        """Whether reading ahead cannot beat the window just measured without it by
+        ``SWITCH_MARGIN``: reading ahead at best hides the time the consumer spent waiting for
+        its chunks to be read, so it is at most ``seconds / (seconds - read seconds)`` times as
+        fast; below the margin it is not worth measuring (with cheap reads, that measurement is
+        the slow part of a short run)."""
+        read = self._read_seconds
+        if self.read_ahead or read is None or self._seconds <= 0.0:
+            return False
+        return read * self.SWITCH_MARGIN < (self.SWITCH_MARGIN - 1.0) * self._seconds
 
     def _switch(self, read_ahead: bool) -> None:
         changed = read_ahead != self.read_ahead
@@ -157,6 +176,9 @@ class ReadModePolicy:
         self._steps += 1
         self._elements += step.elements
         self._seconds += max(step.seconds, 0.0)
+        if self._read_seconds is not None:
+            read = step.read_seconds
+            self._read_seconds = None if read is None else self._read_seconds + max(read, 0.0)
         exploring = self.phase in ("first", "second")
         min_seconds = self.EXPLORE_SECONDS if exploring else self.MIN_SECONDS
         min_steps = self.EXPLORE_STEPS if exploring else self.MIN_STEPS
@@ -168,6 +190,10 @@ class ReadModePolicy:
         if self.phase == "first":
             if len(self.windows[mode]) < self.FIRST_WINDOWS:
                 self._reset_window()
+                return
+            if self._ahead_cannot_win():
+                # nothing to explore: keep not reading ahead, check again at the next window
+                self._keep(mode, reset_backoff=True, cost=0.0)
                 return
             self.phase = "second"
             self._first_stint = self._since_switch
@@ -189,7 +215,9 @@ class ReadModePolicy:
                 self._keep(kept, reset_backoff=False, cost=cost)
         else:  # "keep"
             due = self._since_switch >= self._backoff * self._probe_seconds
-            if due or window < self.DROP_FACTOR * self._chosen_rate:
+            if (due or window < self.DROP_FACTOR * self._chosen_rate) and not (
+                self._ahead_cannot_win()
+            ):
                 self.phase = "probe"
                 self._switch(not mode)
             else:
