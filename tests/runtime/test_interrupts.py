@@ -207,10 +207,12 @@ def _plain(x):
     return x.tolist() if isinstance(x, np.ndarray) else x
 
 
-def _drain_interrupted(it, read_chunks):
+def _drain_interrupted(it, read_chunks, every=None):
     """Reads ``it`` to its end under real interrupts (in grain_core and in this file's user
-    functions); returns the elements and (position, state) pairs taken right after interrupts."""
-    out, states = [], []
+    functions); returns the elements and (position, state) pairs: taken right after interrupts,
+    or, with ``every``, after every ``every``-th call (``get_state()`` itself interrupted and
+    retried). (No lambdas: the interrupter would interrupt them, losing what ``next`` returned.)"""
+    out, states, calls = [], [], 0
     with Interrupter(packages=(grain, _HERE), exclude=(_drain_interrupted,)) as intr:
         while True:
             intr.armed = True
@@ -218,13 +220,25 @@ def _drain_interrupted(it, read_chunks):
                 got = it.next_chunk(7) if read_chunks else [next(it)]
             except KeyboardInterrupt:
                 intr.armed = False
-                states.append((len(out), it.get_state()))
+                if every is None:
+                    states.append((len(out), it.get_state()))
                 continue
             except StopIteration:
                 break
             finally:
                 intr.armed = False
             out += got
+            calls += 1
+            while every is not None and calls % every == 0:
+                intr.armed = True
+                try:
+                    state = it.get_state()
+                except KeyboardInterrupt:
+                    continue
+                finally:
+                    intr.armed = False
+                states.append((len(out), state))
+                break
     assert intr.raised > 0
     return [_plain(x) for x in out], states
 
@@ -250,38 +264,6 @@ def test_in_caller_stages_keep_the_interrupted_element(name, read_chunks):
             again.close()
 
 
-def _drain_taking_states(it, read_chunks, every):
-    """Reads ``it`` to its end under real interrupts, taking ``get_state()`` (itself interrupted
-    and retried) after every ``every``-th call; returns the elements and (position, state)
-    pairs. (No lambdas: the interrupter would interrupt them, losing what ``next`` returned.)"""
-    out, states, calls = [], [], 0
-    with Interrupter(packages=(grain, _HERE), exclude=(_drain_taking_states,)) as intr:
-        while True:
-            intr.armed = True
-            try:
-                got = it.next_chunk(7) if read_chunks else [next(it)]
-            except KeyboardInterrupt:
-                continue
-            except StopIteration:
-                break
-            finally:
-                intr.armed = False
-            out += got
-            calls += 1
-            while calls % every == 0:
-                intr.armed = True
-                try:
-                    state = it.get_state()
-                except KeyboardInterrupt:
-                    continue
-                finally:
-                    intr.armed = False
-                states.append((len(out), state))
-                break
-    assert intr.raised > 0
-    return [_plain(x) for x in out], states
-
-
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 @pytest.mark.parametrize("read_chunks", [False, True], ids=["next", "next_chunk"])
 @pytest.mark.parametrize("every", [1, 4])
@@ -298,7 +280,7 @@ def test_filter_read_ahead_given_back_by_states_under_interrupts(read_chunks, ev
 
     expected = [_plain(x) for x in make()]
     it = iter(make())
-    out, states = _drain_taking_states(it, read_chunks, every)
+    out, states = _drain_interrupted(it, read_chunks, every)
     assert out == expected
     for pos, state in states[:: max(1, len(states) // 6)]:
         again = iter(make())
