@@ -498,8 +498,6 @@ class _FilterIterator(_OneParentIterator):
         super().__init__(parent)
         self._fn = fn
         self._check = FilterRatioCheck("filter()")
-        self._seen = 0  # elements tested in the drop-ratio check's current window
-        self._dropped = 0  # ... and dropped among them
         self._tested = 0  # parent elements read and not given back (for error messages)
         self._kept_total = 0
         self._seen_total = 0
@@ -770,8 +768,7 @@ class _FilterIterator(_OneParentIterator):
     def _count_fresh(self, verdicts: list[Any], remembered: int, kept: int) -> None:
         """Counts the newly tested elements among ``verdicts`` (those after the first
         ``remembered``; ``kept`` is the number accepted among all of them) for the read-ahead
-        estimate and the drop-ratio check, which gets exactly one window of
-        ``filter_check_min_elements`` elements at a time, as Grain checks them."""
+        estimate and the drop-ratio check (which splits them into Grain's windows)."""
         if remembered:
             verdicts = verdicts[remembered:]
             kept = sum(map(bool, verdicts))
@@ -780,33 +777,17 @@ class _FilterIterator(_OneParentIterator):
             return
         self._kept_total += kept
         self._seen_total += size
-        window = max(1, FilterRatioCheck.window(self._options))
-        start = 0
-        while True:
-            room = window - self._seen
-            if size - start < room:
-                self._seen += size - start
-                self._dropped += size - start - kept
-                return
-            whole = room == size  # (then start is 0)
-            piece_kept = kept if whole else sum(map(bool, verdicts[start : start + room]))
-            dropped = self._dropped + room - piece_kept
-            self._seen = self._dropped = 0
-            start += room
-            kept -= piece_kept
-            self._check.record(dropped, window, self._options)
-            if start == size:
-                return
+
+        def dropped_in(start: int, stop: int) -> int:
+            if start == 0 and stop == size:
+                return size - kept
+            return stop - start - sum(map(bool, verdicts[start:stop]))
+
+        self._check.record_chunk(size, dropped_in, self._options)
 
     def _count_one(self, keep: bool) -> None:
         """Counts one element tested by ``_next_one`` (see ``_count_fresh``)."""
-        self._seen += 1
-        if not keep:
-            self._dropped += 1
-        if self._seen >= FilterRatioCheck.window(self._options):
-            seen, dropped = self._seen, self._dropped
-            self._seen = self._dropped = 0
-            self._check.record(dropped, seen, self._options)
+        self._check.record(0 if keep else 1, 1, self._options)
 
 
 def _replayed_verdicts(chunk: list[Any], replay: list[Any], fn: Any, out: list[Any]) -> None:

@@ -57,6 +57,7 @@ import operator
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -127,18 +128,18 @@ class FilterRatioCheck:
         """Elements in a window under ``options`` (the defaults when None)."""
         return (options or _DEFAULT_OPTIONS).filter_check_min_elements
 
-    def record_chunk(self, items: list[Any], options: DatasetOptions | None) -> int:
-        """Counts a chunk of read elements (``None`` = dropped by a ``MapDataset.filter``),
-        split at window ends so that every window holds exactly ``filter_check_min_elements``
-        elements, as in Grain; returns how many were dropped."""
+    def record_chunk(
+        self, size: int, dropped_in: Callable[[int, int], int], options: DatasetOptions | None
+    ) -> int:
+        """Counts ``size`` elements tested together, split at window ends so that every window
+        holds exactly ``filter_check_min_elements`` elements, as in Grain: ``dropped_in(start,
+        stop)`` gives how many of elements ``start:stop`` were dropped. Returns how many were
+        dropped in all."""
         window = max(1, self.window(options))
-        n = len(items)
-        total = 0
-        start = 0
-        while start < n:
-            stop = min(n, start + window - self._seen)
-            piece = items if (start == 0 and stop == n) else items[start:stop]
-            dropped = sum(map(operator.is_, piece, itertools.repeat(None)))
+        total = start = 0
+        while start < size:
+            stop = min(size, start + window - self._seen)
+            dropped = dropped_in(start, stop)
             total += dropped
             self.record(dropped, stop - start, options)
             start = stop
@@ -428,7 +429,9 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not ahead:
                 self._adapt_sync(seconds)
             if not self._allow_nones:
-                dense = not self._filter_check.record_chunk(items, self._options)
+                dense = not self._filter_check.record_chunk(
+                    len(items), _nones_in(items), self._options
+                )
         else:
             dense = self._allow_nones
         consumed = len(self._current)  # the previous chunk, consumed to its end
@@ -619,6 +622,17 @@ class _LazyChunk:
         self._read[pos] = x
         return x
 
+
+
+def _nones_in(items: list[Any]) -> Callable[[int, int], int]:
+    """``dropped_in`` for :meth:`FilterRatioCheck.record_chunk`: the ``None``s (elements a
+    ``MapDataset.filter`` dropped) among ``items[start:stop]``."""
+
+    def count(start: int, stop: int) -> int:
+        piece = items if (start == 0 and stop == len(items)) else items[start:stop]
+        return sum(map(operator.is_, piece, itertools.repeat(None)))
+
+    return count
 
 
 def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:

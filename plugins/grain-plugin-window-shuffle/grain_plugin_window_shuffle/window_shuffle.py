@@ -191,7 +191,6 @@ class _WindowShuffleIterator(OneParentIterator):
         self._start_state: Any = None  # parent state at the start of the buffered window
         self._index = 0  # number of the buffered window, or of the next one when none is buffered
         self._buf: list[Any] = []  # the buffered window, in emission order
-        self._end = 0  # len(self._buf)
         self._pos = 0  # elements of the buffered window emitted
         self._exhausted = False
         # A window read cut short by an exception (e.g. KeyboardInterrupt): its elements so far
@@ -236,7 +235,7 @@ class _WindowShuffleIterator(OneParentIterator):
                     items += parent.next_chunk(self._size - len(items))
             except StopIteration:
                 self._exhausted = True
-        k = self._index + (1 if self._end else 0)
+        k = self._index + (1 if self._buf else 0)
         if not items:
             self._reading = None
             raise StopIteration
@@ -244,10 +243,8 @@ class _WindowShuffleIterator(OneParentIterator):
         # Reordered by one numpy gather over the elements as an object array (references only:
         # the elements themselves are neither copied nor converted).
         buf = np.fromiter(items, dtype=object, count=len(items))[order].tolist()
-        end = len(buf)
         # Plain stores from here on: nothing an interrupt could split.
         self._buf = buf
-        self._end = end
         self._pos = 1
         self._index = k
         self._start_state = start_state
@@ -256,30 +253,31 @@ class _WindowShuffleIterator(OneParentIterator):
 
     def __next__(self):
         pos = self._pos
-        if pos < self._end:
+        buf = self._buf
+        if pos < len(buf):
             self._pos = pos + 1
-            return self._buf[pos]
+            return buf[pos]
         return self._next_window()
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         """The rest of the buffered window, up to ``max_elements`` elements (a slice: no
         per-element work); reads the next window first when this one is all emitted."""
         pos = self._pos
-        if pos >= self._end:
+        if pos >= len(self._buf):
             self._next_window()
             pos = 0
-        stop = min(self._end, pos + max(1, max_elements))
+        stop = min(len(self._buf), pos + max(1, max_elements))
         chunk = self._buf[pos:stop]
         self._pos = stop
         return chunk
 
     def get_state(self):
-        if self._pos < self._end:
+        if self._pos < len(self._buf):
             parent, index, emitted = self._start_state, self._index, self._pos
         else:
             reading = self._reading
             parent = self._parent.get_state() if reading is None else reading[1]
-            index, emitted = self._index + (1 if self._end else 0), 0
+            index, emitted = self._index + (1 if self._buf else 0), 0
         return _state.make_state(
             self.kind,
             parent=parent,
@@ -301,7 +299,7 @@ class _WindowShuffleIterator(OneParentIterator):
     def restore_state(self, state):
         self._parent.set_state(state["parent"])
         self._index = int(state["window"])
-        self._buf, self._end, self._pos, self._exhausted = [], 0, 0, False
+        self._buf, self._pos, self._exhausted = [], 0, False
         self._reading = None
         self._tables, self._batch = None, 1
         emitted = int(state["emitted"])
@@ -310,10 +308,10 @@ class _WindowShuffleIterator(OneParentIterator):
                 self._next_window()
             except StopIteration:
                 pass
-            if emitted > self._end:
+            if emitted > len(self._buf):
                 raise _state.StateMismatchError(
                     f"WindowShuffleIterDataset state says {emitted} elements of window "
-                    f"{self._index} were emitted, but the parent yields only {self._end}: the "
+                    f"{self._index} were emitted, but the parent yields only {len(self._buf)}: the "
                     "state comes from a different pipeline."
                 )
             self._pos = emitted
