@@ -266,21 +266,11 @@ class IndexShuffle:
         self._keys = _seed_seq_words(self.seed, self.rounds)
         self._int_keys = tuple(k & ((1 << self._half) - 1) for k in self._keys)
 
-    # The cipher, on Python ints and on uint64 arrays alike.
-    def _encrypt(self, x: Any) -> Any:
+    def _encrypt_array(self, x: np.ndarray) -> np.ndarray:
+        """One pass of the cipher over a uint64 array (:meth:`_walk_int` is the same on one int)."""
         w = self._half
-        mask: Any
-        one: Any
-        two: Any
-        eight: Any
-        ww: Any
-        keys: list[Any]
-        if isinstance(x, np.ndarray):
-            mask, one, two, eight, ww = (np.uint64(v) for v in ((1 << w) - 1, 1, 2, 8, w))
-            keys = [np.uint64(k & ((1 << w) - 1)) for k in self._keys]
-        else:
-            mask, one, two, eight, ww = (1 << w) - 1, 1, 2, 8, w
-            keys = [k & mask for k in self._keys]
+        mask, one, two, eight, ww = (np.uint64(v) for v in ((1 << w) - 1, 1, 2, 8, w))
+        keys = [np.uint64(k) for k in self._int_keys]
 
         def rotl(v, r):
             return ((v << r) & mask) | (v >> (ww - r))
@@ -369,7 +359,7 @@ class IndexShuffle:
         top = np.uint64(self.max_index)
         with np.errstate(over="ignore"):
             while pending.size > _SCALAR_WALK:
-                cur = self._encrypt(cur)
+                cur = self._encrypt_array(cur)
                 done = cur <= top
                 out[pending[done]] = cur[done]
                 pending, cur = pending[~done], cur[~done]
