@@ -564,3 +564,27 @@ def test_the_policy_is_kept_across_restores():
     assert list(it) == list(range(10, 100))
     assert it._policy is policy
     it.close()
+
+
+def test_after_a_restore_the_caller_reads_the_chunk_it_asks_for():
+    """The first chunk after a (re)start is read by the calling thread, as many elements as
+    ``next_chunk`` asks for (a worker skipping to a restored position asks for all it skips),
+    even while the policy reads ahead; reading ahead resumes after it."""
+    readers: dict[int, str] = {}
+
+    def record(x):
+        readers[x] = threading.current_thread().name
+        return x
+
+    it = iter(grain.MapDataset.range(500).map(record).to_iter_dataset(grain.ReadOptions()))
+    _scripted(it, SCRIPTS["ahead"])
+    assert [next(it) for _ in range(20)] == list(range(20))
+    state = it.get_state()
+    it.set_state(state)
+    readers.clear()
+    assert it.next_chunk(7) == list(range(20, 27))
+    main = threading.current_thread().name
+    assert [readers[i] for i in range(20, 27)] == [main] * 7
+    assert list(it) == list(range(27, 500))
+    assert any(readers[i] != main for i in range(27, 500))  # read ahead in the pool again
+    it.close()

@@ -510,6 +510,10 @@ class PrefetchDatasetIterator(DatasetIterator):
                 if out:
                     return out
                 continue
+            if self._cold and not self._buffer and max_elements > self._sync_chunk:
+                # After a (re)start the caller reads the first chunk itself: as many elements as
+                # it asks for now (a worker skipping to a restored position, a batch), not one.
+                self._sync_chunk = min(max_elements, self._chunk_limit(False))
             if not self._next_chunk():
                 raise StopIteration
 

@@ -26,11 +26,16 @@ absolute counts), so a transport may deliver one twice, and a consumer interrupt
 any exception raised into ``next()``) re-sends it. Every message from a worker carries ``seq``, its
 number in that worker's stream, so the consumer applies each one once.
 
-Flow control counts elements: a worker has at most ``buffer_size + 1`` elements produced (or being
-produced) and not yet returned by the consumer's ``next()``: ``buffer_size``
-(``MultiprocessingOptions.per_worker_buffer_size``) finished ones plus the one in production, which
-is sent as soon as it is finished. The consumer sends a :class:`Consumed` count (a credit) from
-``next()`` as it hands elements out.
+Flow control counts elements, and bytes for small ones: a worker has at most ``buffer_size + 1``
+elements produced (or being produced) and not yet returned by the consumer's ``next()``:
+``buffer_size`` (``MultiprocessingOptions.per_worker_buffer_size``) finished ones plus the one in
+production, which is sent as soon as it is finished; beyond that it starts another element only
+while those elements take under :data:`AHEAD_BYTES` (1 MiB) and number at most ``buffer_size + 1``
+plus the elements returned since its last (re)start (so read-ahead grows with consumption, and a
+restore starts as small as at ``buffer_size``): small elements travel many to a message without a
+credit round trip each. The consumer sends a :class:`Consumed` count (a credit)
+from ``next()`` as it hands elements out: when it has returned half a message (or half the
+buffer, if less) since its last credit, and when it has returned all it holds of that worker.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ __all__ = [
     "WorkerLoop",
     "WorkerLostError",
     "WorkerPool",
+    "AHEAD_BYTES",
     "STATE_KIND",
     "next_or_rollback",
 ]
@@ -84,6 +90,16 @@ STATE_KIND = elastic.MP_KIND
 ENV_PREFIX = "GRAIN_CORE_"
 MAX_MESSAGE_ELEMENTS = 256
 MAX_MESSAGE_BYTES = 64 << 20
+#: Small elements may run further ahead than ``buffer_size + 1``: a worker also starts another
+#: element while the elements it has ahead of ``next()`` (sent, or in the group being produced) take
+#: under this many bytes, as measured by the transport's ``size_of`` (none without one), and number
+#: at most ``buffer_size + 1`` plus the elements returned since its last (re)start. So a worker
+#: holds at most ``max(buffer_size + 1 elements, AHEAD_BYTES + one element)`` ahead.
+AHEAD_BYTES = 1 << 20
+#: A group that runs ahead under :data:`AHEAD_BYTES` holds about this much of the worker's work at
+#: most (estimated from earlier groups): a restored state names the state before a message and the
+#: elements to skip after it, which the worker recomputes.
+MAX_REPLAY_SECONDS = 0.001
 #: A worker sends what it has when its group is this old, before it starts the next element.
 MAX_MESSAGE_SECONDS = 0.005
 WAIT_SECONDS = 0.05
@@ -408,10 +424,16 @@ class WorkerLoop:
     ``run()`` sends :class:`Template` first. After :class:`Start` it produces groups of elements and
     sends each as one :class:`Elements`: a group ends at :data:`MAX_MESSAGE_ELEMENTS`, at
     :data:`MAX_MESSAGE_BYTES` (``size_of`` per element, given by the transport), when it is older
-    than :data:`MAX_MESSAGE_SECONDS` before the next element is started, when the consumer has
-    returned every element sent before (it is waiting), or when the buffer bound is reached. A
-    worker never has more than ``job.buffer_size + 1`` elements produced (or being produced) and not
-    yet consumed; the one beyond the buffer is produced alone and sent as soon as it is finished.
+    than :data:`MAX_MESSAGE_SECONDS` before the next element is started, or when the bound below is
+    reached.
+
+    The bound: a worker has at most ``job.buffer_size + 1`` elements produced (or being produced)
+    and not yet consumed (the one beyond the buffer is sent as soon as it is finished), except that
+    it also starts another element while those elements take under :data:`AHEAD_BYTES` bytes
+    (``size_of``; not without one) and number at most ``buffer_size + 1`` plus the elements the
+    consumer has returned in this generation. Without that allowance, a group that starts while the
+    consumer has nothing of this worker's leaves the one beyond the buffer to the next group (the
+    buffer's worth goes first).
     """
 
     def __init__(
@@ -434,8 +456,13 @@ class WorkerLoop:
         self.elastic_problem: str | None = None
         self.stats_report: Callable[[], Any] | None = None
         self.produced_elements, self.produced_seconds = 0, 0.0
+        self.element_seconds = 0.0  # an element's production time in the latest group
         # generation, produced (sent) and consumed counts in it
         self.gen, self.sent, self.consumed, self.producing = -1, 0, 0, False
+        # Messages sent in this generation and not wholly consumed, oldest first: (``sent`` after
+        # the message, its bytes), and the sum of those bytes: the elements ahead, in bytes.
+        self.ahead_messages: collections.deque[tuple[int, int]] = collections.deque()
+        self.ahead_bytes = 0
         self.pending: collections.deque[ToWorker] = collections.deque()
         # Sends happen under this lock: the main thread's and the flusher's (see _flusher).
         self.lock = threading.Lock()
@@ -539,6 +566,8 @@ class WorkerLoop:
         if cmd.generation == self.gen:
             return True  # a repeated command of the current generation
         self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
+        self.ahead_messages.clear()
+        self.ahead_bytes = 0
         if not isinstance(cmd, Start):  # Idle (a Consumed never reaches here)
             return True
         if self.setup_error is not None:
@@ -558,8 +587,8 @@ class WorkerLoop:
             return
         self.fresh = False
         self.it.set_state(self.initial if state is None else state)
-        for _ in range(skip):
-            next(self.it)
+        while skip > 0:  # in chunks: a stage may read (or skip) them at once
+            skip -= len(self.it.next_chunk(skip))
 
     def _fail(self, e: BaseException, tb: str) -> None:
         data = pickle_exception(e)
@@ -580,11 +609,15 @@ class WorkerLoop:
                     continue
                 # Elements in existence that next() has not returned: ``ahead`` sent plus those
                 # of the group being produced, at most buffer_size + 1 (the buffer and the one
-                # in production). The last one is sent as soon as it is finished, never held
-                # back for a credit: it is already counted, and the consumer has it at hand when
-                # it returns the one before (no credit round trip per element at a buffer of 1).
+                # in production) unless they are small (AHEAD_BYTES). The last one is sent as soon
+                # as it is finished, never held back for a credit: it is already counted, and the
+                # consumer has it at hand when it returns the one before (no credit round trip
+                # per element at a buffer of 1).
                 ahead = self.sent - self.consumed
-                if not self.producing or ahead > self.job.buffer_size:
+                if not self.producing or (
+                    ahead > self.job.buffer_size
+                    and (ahead > self.job.buffer_size + self.consumed or self._byte_room() <= 0)
+                ):
                     self._take_commands(None)
                     continue
                 if self._take_commands(0):
@@ -592,14 +625,27 @@ class WorkerLoop:
                 # A group may take the one beyond the buffer too, except when the consumer has
                 # nothing of this worker's (it may be waiting: the buffer's worth goes first).
                 room = self.job.buffer_size - ahead
-                self._produce(room + 1 if ahead else max(1, room))
+                room = room + 1 if ahead else max(1, room)
+                self._produce(room, room + self.consumed, self._byte_room())
         except (EOFError, BrokenPipeError, ConnectionResetError):
             pass  # the consumer went away
         finally:
             self.done = True
             self._report()
 
-    def _produce(self, room: int) -> None:
+    def _byte_room(self) -> int:
+        """Bytes of elements this worker may still start under :data:`AHEAD_BYTES` (0 without
+        ``size_of``), after forgetting the messages the consumer has returned wholly."""
+        if self.size_of is None:
+            return 0
+        done = self.ahead_messages
+        while done and done[0][0] <= self.consumed:
+            self.ahead_bytes -= done.popleft()[1]
+        return AHEAD_BYTES - self.ahead_bytes
+
+    def _produce(self, room: int, extra: int, byte_room: int) -> None:
+        """Produces and sends one group: ``room`` elements, or up to ``extra`` while they take
+        under ``byte_room`` bytes."""
         it = self.it
         assert it is not None
         self.fresh = False
@@ -611,7 +657,12 @@ class WorkerLoop:
         count = 0
         nbytes = 0
         t0 = time.perf_counter()
-        limit = min(room, MAX_MESSAGE_ELEMENTS)
+        room = max(room, 0)
+        if byte_room <= 0:
+            extra = room
+        elif self.element_seconds > 0:
+            extra = min(extra, int(MAX_REPLAY_SECONDS / self.element_seconds))
+        limit = min(max(room, extra, 1), MAX_MESSAGE_ELEMENTS)
         size_of = self.size_of
         lock = self.lock
         self.tick = False
@@ -643,7 +694,7 @@ class WorkerLoop:
             count += 1
             if size_of is not None:
                 nbytes += size_of(x)
-                if nbytes >= MAX_MESSAGE_BYTES:
+                if nbytes >= MAX_MESSAGE_BYTES or (count >= room and nbytes >= byte_room):
                     break
         with self.lock:
             self.group = None
@@ -652,8 +703,15 @@ class WorkerLoop:
                     self.endpoint.send(Stats(self._next_seq(), self.gen, self.stats_report()))
                 self.endpoint.send(Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements))
                 self.sent += len(g.elements)
+            if count and size_of is not None:
+                # Elements the flusher sent early count from here on, with the rest of the group.
+                self.ahead_messages.append((self.sent, nbytes))
+                self.ahead_bytes += nbytes
+        seconds = time.perf_counter() - t0
         self.produced_elements += count
-        self.produced_seconds += time.perf_counter() - t0
+        self.produced_seconds += seconds
+        if count:
+            self.element_seconds = seconds / count
         if outcome == "end":
             self._emit(lambda seq: End(seq, self.gen))
             self.producing = False
@@ -829,7 +887,8 @@ class RoundRobinConsumer(DatasetIterator):
                 x = msg.elements[w.offset]
                 offset = w.offset + 1
                 rest = w.buffered
-                if offset == len(msg.elements):
+                size = len(msg.elements)
+                if offset == size:
                     rest, offset = rest[1:], 0
                 consumed = w.consumed + 1
                 nw = _Worker(
@@ -850,7 +909,11 @@ class RoundRobinConsumer(DatasetIterator):
                     cur.position + 1,
                     ws[:i] + (nw,) + ws[i + 1 :],
                 )
-                if not rest or consumed - self._credited[i] >= self._credit_step:
+                if (
+                    not offset
+                    or not rest
+                    or consumed - self._credited[i] >= max(self._credit_step, size >> 1)
+                ):
                     self._credit(i, cur.generation, consumed)
                 # The commit: one store, then return with no call in between (an exception raised
                 # into next() lands before it, or in the caller after the element was returned).
@@ -937,7 +1000,11 @@ class RoundRobinConsumer(DatasetIterator):
                 w.seq,
                 w.failure,
             )
-            if not rest or consumed - self._credited[j] >= self._credit_step:
+            if (
+                len(rest) < len(w.buffered)  # a message returned wholly
+                or not rest
+                or consumed - self._credited[j] >= max(self._credit_step, len(msg.elements) >> 1)
+            ):
                 self._credit(j, cur.generation, consumed)
         new = _Cursor(cur.generation, i, cur.position + len(out), tuple(new_ws))
         # The commit: one store, then return with no call in between (see __next__).

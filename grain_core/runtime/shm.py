@@ -22,7 +22,9 @@ Contract:
   before the consumer opened them). :meth:`MessageReader.close` unmaps the consumer's mappings.
 * Before a segment is created or grown, the writer checks that ``/dev/shm`` keeps
   :func:`min_free_bytes` free, else raises :class:`ShmFullError` (nothing changed) so that the
-  caller sends the elements another way.
+  caller sends the elements another way. The pages a message is written to are allocated first
+  (``posix_fallocate``), so when other processes (the other workers) took the room meanwhile, that
+  is the same :class:`ShmFullError`, never a ``SIGBUS`` while writing.
 
 Segments are created and unlinked with ``_posixshmem`` directly (what ``multiprocessing.shared_memory``
 uses underneath) so no ``resource_tracker`` process is started and nothing is registered twice.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import _posixshmem
 import collections
+import errno
 import glob
 import mmap
 import os
@@ -88,6 +91,7 @@ class _Segment:
         self.name = name
         self.fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         self.size = 0
+        self.reserved = 0  # bytes from the start whose pages are allocated (see reserve)
         self.map: mmap.mmap | None = None
         self.view: memoryview | None = None
         self.resize(size)
@@ -96,8 +100,25 @@ class _Segment:
         self._unmap()
         os.ftruncate(self.fd, size)
         self.size = size
+        self.reserved = min(self.reserved, size)
         self.map = mmap.mmap(self.fd, size)
         self.view = memoryview(self.map)
+
+    def reserve(self, nbytes: int) -> None:
+        """Allocates the pages of the first ``nbytes`` bytes, so writing them cannot fault; raises
+        :class:`ShmFullError` when ``/dev/shm`` has no room for them."""
+        if nbytes <= self.reserved:
+            return
+        try:
+            os.posix_fallocate(self.fd, self.reserved, nbytes - self.reserved)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate here: write as before
+                self.reserved = self.size
+                return
+            raise ShmFullError(
+                f"/dev/shm has no room for a {nbytes >> 20} MiB segment ({e.strerror})"
+            ) from None
+        self.reserved = nbytes
 
     def _unmap(self) -> None:
         if self.view is not None:
@@ -209,6 +230,11 @@ class MessageWriter:
         seg = None
         if self._buffers:
             seg = self._segment(self.nbytes)
+            try:
+                seg.reserve(self.nbytes)
+            except ShmFullError:
+                self._free.append(seg)
+                raise
             view = seg.view
             assert view is not None
             for offset, raw in self._buffers:

@@ -1,11 +1,11 @@
-"""Leak probes shared by the runtime tests."""
+"""Leak probes and the worker bound shared by the runtime tests."""
 
 from __future__ import annotations
 
 import os
 import threading
 
-from grain_core.runtime import shm
+from grain_core.runtime import api, shm
 
 
 def our_segments() -> list[str]:
@@ -25,8 +25,15 @@ def alive(pid: int) -> bool:
     return False
 
 
+def ahead_bound(buffer: int, element_nbytes: int) -> int:
+    """The most elements of ``element_nbytes`` bytes each that a worker may have produced (or be
+    producing) and ``next()`` not returned: ``buffer + 1``, or more while they take under
+    ``api.AHEAD_BYTES`` (it starts another only while the ones ahead take less)."""
+    return max(buffer + 1, -(-api.AHEAD_BYTES // element_nbytes))
+
+
 def runtime_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("grain_core-")]
 
 
-__all__ = ["alive", "our_segments", "runtime_threads", "shm"]
+__all__ = ["ahead_bound", "alive", "our_segments", "runtime_threads", "shm"]

@@ -2,7 +2,10 @@
 
 * Each worker has at most ``per_worker_buffer_size + 1`` elements produced (or being produced) that
   ``next()`` has not returned: the buffer plus the one in production, which is sent as soon as it
-  is finished. Checked per worker after every element, through a side channel the workers write.
+  is finished; smaller elements may run ahead while they take under ``api.AHEAD_BYTES``
+  (:func:`runtime_helpers.ahead_bound`). Checked per worker after every element, through a side
+  channel the workers write; and exactly, on the worker loop alone, with a consumer that never
+  returns anything.
 * Credits (``Consumed`` counts) travel on a credit pipe written by the consumer's own thread; when
   that pipe is full, the count is left to the I/O thread, which delivers it once there is room:
   no credit is lost, so the worker never waits forever.
@@ -13,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
+import threading
 import time
 
 import numpy as np
 import pytest
-from runtime_helpers import alive, our_segments
+from runtime_helpers import ahead_bound, alive, our_segments
 
 import grain_core as grain
 from grain_core.runtime import api
@@ -28,12 +33,12 @@ pytestmark = pytest.mark.timeout(120)
 MP = grain.MultiprocessingOptions
 
 
-def _recorder(path):
+def _recorder(path, nbytes):
     def produce(x):
         # One short O_APPEND write per element: lines of both workers never interleave.
         with open(path, "a") as f:
             f.write(f"{os.getpid()} {x}\n")
-        return {"x": np.full((300,), x), "i": x}
+        return np.full((nbytes // 8,), x)  # element x, of exactly `nbytes` bytes
 
     return produce
 
@@ -43,29 +48,34 @@ def _started(path):
         return [tuple(int(v) for v in line.split()) for line in f if line.endswith("\n")]
 
 
-@pytest.mark.parametrize("buffer", [1, 2, 5])
-def test_each_worker_stays_within_its_buffer_plus_one(tmp_path, buffer):
+@pytest.mark.parametrize(
+    "buffer,nbytes",
+    [(1, api.AHEAD_BYTES), (2, api.AHEAD_BYTES), (5, 400_000), (1, 100_000)],
+    ids=["buffer1-large", "buffer2-large", "buffer5-medium", "buffer1-small"],
+)
+def test_each_worker_stays_within_its_bound(tmp_path, buffer, nbytes):
     log = str(tmp_path / "started")
     open(log, "w").close()
     ds = (
         grain.MapDataset.range(400)
         .to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-        .map(_recorder(log))  # runs in a worker, once per element it starts producing
+        .map(_recorder(log, nbytes))  # runs in a worker, once per element it starts producing
         .mp_prefetch(MP(num_workers=2, per_worker_buffer_size=buffer))
     )
+    bound = ahead_bound(buffer, nbytes)
     returned: list[int] = []
     with iter(ds) as it:
         for n in range(80):
             if n % 10 == 0:
                 time.sleep(0.1)  # lets the workers run ahead as far as they may
-            returned.append(int(next(it)["i"]))
+            returned.append(int(next(it)[0]))
             started = _started(log)
             owner = dict((x, pid) for pid, x in started)
             assert len(set(owner.values())) <= 2
             for pid in set(owner.values()):
                 mine = sum(1 for p, _ in started if p == pid)
                 given = sum(1 for x in returned if owner[x] == pid)
-                assert mine - given <= buffer + 1, (n, pid, mine, given)
+                assert mine - given <= bound, (n, pid, mine, given, bound)
     assert returned == list(range(80))
 
 
@@ -125,3 +135,69 @@ def test_states_restore_exactly_at_small_buffers(buffer):
         with iter(ds) as it:
             it.set_state(state)
             assert [int(e["i"]) for e in it] == expected[p:], p
+
+
+class _HeldEndpoint:
+    """A transport for one :class:`api.WorkerLoop` in a thread, whose consumer returns only what
+    the test credits: records every message and signals when the loop waits for a command with
+    nothing it may produce (it only waits, with no timeout, at its bound or when idle)."""
+
+    def __init__(self) -> None:
+        self.commands: queue.Queue = queue.Queue()
+        self.sent: list = []
+        self.waiting = threading.Event()
+
+    def send(self, message) -> None:
+        self.sent.append(message)
+
+    def receive(self, timeout):
+        try:
+            return self.commands.get_nowait()
+        except queue.Empty:
+            if timeout is not None:
+                return None
+        self.waiting.set()
+        return self.commands.get()
+
+    def produced(self) -> int:
+        return sum(len(m.elements) for m in self.sent if isinstance(m, api.Elements))
+
+    def command(self, message) -> None:
+        """Sends ``message`` and waits until the loop has answered it and waits again."""
+        self.waiting.clear()
+        self.commands.put(message)
+        assert self.waiting.wait(60), "the worker loop did not come to a stop"
+
+
+@pytest.mark.parametrize(
+    "buffer,nbytes",
+    [(1, api.AHEAD_BYTES), (3, api.AHEAD_BYTES), (1, 300_000), (2, 2_400), (600, 2_400)],
+)
+def test_worker_loop_runs_exactly_to_its_bound(buffer, nbytes):
+    """With nothing returned, a worker produces exactly ``buffer + 1`` elements and stops; as
+    elements are returned, small ones run further ahead: ``buffer + 1`` plus the elements returned
+    so far, up to ``ahead_bound`` (bytes are freed per message returned wholly, so returning all
+    it sent frees all)."""
+    ds = grain.MapDataset.range(100_000).map(lambda x: np.full((nbytes // 8,), x)).to_iter_dataset(
+        grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+    )
+    job = api.WorkerJob.create(ds, MP(num_workers=1, per_worker_buffer_size=buffer))
+    ep = _HeldEndpoint()
+    loop = api.WorkerLoop(job, 0, ep, size_of=lambda x: x.nbytes)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    ep.waiting.clear()
+    thread.start()
+    assert ep.waiting.wait(60)  # the template sent, waiting for Start
+    ep.command(api.Start(0, None, 0))
+    assert ep.produced() == buffer + 1
+    bound = ahead_bound(buffer, nbytes)
+    for _ in range(12):
+        consumed = ep.produced()  # the consumer returns all it has
+        ep.command(api.Consumed(0, consumed))
+        assert ep.produced() - consumed == max(buffer + 1, min(bound, buffer + 1 + consumed))
+    assert ep.produced() - consumed == bound
+    elements = [x for m in ep.sent if isinstance(m, api.Elements) for x in m.elements]
+    assert [int(x[0]) for x in elements] == list(range(len(elements)))
+    ep.commands.put(api.Stop())
+    thread.join(60)
+    assert not thread.is_alive()

@@ -15,7 +15,9 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
+from runtime_helpers import ahead_bound
 
 import grain_core as grain
 
@@ -87,11 +89,14 @@ def test_workers_have_the_working_directory_when_the_parent_has_it(planted):
     assert got["workers"] == [[True, False]] * 4
 
 
+_ELEMENT_BYTES = 200_000
+
+
 def _record(directory):
     def produce(x):
         with open(os.path.join(directory, f"produced-{os.getpid()}"), "a") as f:
             f.write("x")
-        return x
+        return np.full((_ELEMENT_BYTES // 8,), x)
 
     return produce
 
@@ -116,5 +121,6 @@ def test_per_worker_buffer_size_bounds_elements_produced_ahead(tmp_path, k, buff
                 it.start_prefetch()
             time.sleep(0.3)  # let the workers run ahead as far as they may (the bound holds anyway)
             # At most `buffer` finished elements per worker that next() has not returned, plus
-            # the one each worker may be producing.
-            assert produced() <= consumed + k * (buffer + 1), (consumed, produced())
+            # the one each worker may be producing (more if they are small: ahead_bound).
+            bound = ahead_bound(buffer, _ELEMENT_BYTES)
+            assert produced() <= consumed + k * bound, (consumed, produced())
