@@ -7,11 +7,14 @@ workers, from ``/proc``) every 5 ms. The peak above the tree's memory just befor
 created is compared with the model
 
     in process:  RAM ≈ element · read_buffer + chunk
-    mp_prefetch: RAM ≈ workers · (64 MB + element · (read_buffer + 2 · (per_worker_buffer + 1))
-                                  + chunk)
+    mp_prefetch: RAM ≈ workers · (64 MB + element · read_buffer + chunk
+                                  + 2 · max(element · (per_worker_buffer + 1), AHEAD_BYTES + element))
 
 where ``chunk`` is the synchronous chunk (at most ``_CHUNK_BYTES`` = 4 MiB, at least one element)
-that reading holds when nothing is read ahead.
+that reading holds when nothing is read ahead, and ``AHEAD_BYTES`` (1 MiB) how far small elements
+may run ahead of ``next()`` per worker beyond ``per_worker_buffer + 1`` elements
+(``grain_core.runtime.api``). One setting uses 64 KiB elements, where that allowance is what
+bounds the workers.
 
 Memory is measured as the tree's *proportional* set size (``Pss`` of ``/proc/PID/smaps_rollup``):
 a page mapped by ``n`` processes counts ``1/n`` in each, so the sum counts each page once. The
@@ -26,6 +29,7 @@ what a multi-process job uses. ``python benchmarks/bench_memory.py`` prints one 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -48,14 +52,18 @@ class Setting:
     per_worker_buffer: int = 1
     length: int = 600
     shuffle: bool = False
+    element: int = ELEMENT  # bytes per element
 
     def model_mb(self) -> float:
-        e = ELEMENT / MB
+        from grain_core.runtime.api import AHEAD_BYTES
+
+        e = self.element / MB
         sync = not (self.threads and self.read_buffer)
         chunk = max(e, CHUNK_BYTES / MB) if sync else 0.0
         if not self.workers:
             return e * self.read_buffer + chunk
-        per_worker = WORKER_MB + e * (self.read_buffer + 2 * (self.per_worker_buffer + 1)) + chunk
+        ahead = max(e * (self.per_worker_buffer + 1), AHEAD_BYTES / MB + e)
+        per_worker = WORKER_MB + e * self.read_buffer + chunk + 2 * ahead
         return self.workers * per_worker
 
 
@@ -77,6 +85,14 @@ SETTINGS = [
         read_buffer=0,
         workers=2,
         per_worker_buffer=16,
+    ),
+    Setting(
+        "mp_prefetch(2), per_worker_buffer 1, 64 KiB elements",
+        threads=0,
+        read_buffer=0,
+        workers=2,
+        length=4000,
+        element=64 * 1024,
     ),
     Setting(
         "10^8-index shuffled epoch, 16 read threads, buffer 128",
@@ -107,10 +123,10 @@ def _tree_memory(pid: int) -> tuple[int, int]:
     return pss, rss
 
 
-def make_element(i: int):
+def make_element(i: int, nbytes: int = ELEMENT):
     import numpy as np
 
-    return np.full(ELEMENT, i % 251, dtype=np.uint8)
+    return np.full(nbytes, i % 251, dtype=np.uint8)
 
 
 def _child(name: str) -> None:
@@ -120,7 +136,7 @@ def _child(name: str) -> None:
     ds = grain.MapDataset.range(s.length)
     if s.shuffle:
         ds = ds.shuffle(seed=0)
-    ds = ds.map(make_element).to_iter_dataset(
+    ds = ds.map(functools.partial(make_element, nbytes=s.element)).to_iter_dataset(
         grain.ReadOptions(num_threads=s.threads, prefetch_buffer_size=s.read_buffer)
     )
     if s.workers:
@@ -187,7 +203,7 @@ def report() -> None:
     slack)."""
     only = os.environ.get("BENCH_MEMORY_ONLY", "")
     print(
-        f"{'memory setting (512 KiB elements)':<58} {'model MB':>9} {'peak MB':>8} "
+        f"{'memory setting (512 KiB elements unless named)':<58} {'model MB':>9} {'peak MB':>8} "
         f"{'peak, fixed mmap threshold':>27} {'sum of Rss':>11}  holds"
     )
     base = dict(os.environ, JAX_PLATFORMS="cpu")

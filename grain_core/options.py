@@ -52,7 +52,9 @@ class MultiprocessingOptions:
 
     Attributes:
       num_workers: worker processes; 0 runs the pipeline in the calling process.
-      per_worker_buffer_size: finished elements each worker may hold ahead of the consumer.
+      per_worker_buffer_size: finished elements each worker may hold ahead of the consumer
+        (plus the one it is producing). Small elements may run further ahead, while those ahead
+        take under ``grain_core.runtime.api.AHEAD_BYTES`` (1 MiB) per worker (docs/runtime.md).
       enable_profiling: log per-worker timings.
     """
 

@@ -34,8 +34,9 @@ while those elements take under :data:`AHEAD_BYTES` (1 MiB) and number at most `
 plus the elements returned since its last (re)start (so read-ahead grows with consumption, and a
 restore starts as small as at ``buffer_size``): small elements travel many to a message without a
 credit round trip each. The consumer sends a :class:`Consumed` count (a credit)
-from ``next()`` as it hands elements out: when it has returned half a message (or half the
-buffer, if less) since its last credit, and when it has returned all it holds of that worker.
+from ``next()`` as it hands elements out: when it has returned a whole message, when it holds
+nothing more of that worker's, and after half a message (or half the buffer, if more) since its
+last credit.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ Contract (see ``docs/runtime.md``):
   refused) and produces elements (:class:`~grain_core.runtime.api.WorkerLoop`). The output is
   round-robin over the workers (:class:`~grain_core.runtime.api.RoundRobinConsumer`); the order
   depends only on the pipeline and ``K``, never on timing or on the runtime.
-* A worker holds at most ``per_worker_buffer_size`` elements produced and not yet returned by
-  ``next()``.
+* A worker holds at most ``per_worker_buffer_size`` finished elements not yet returned by
+  ``next()``, plus the one it is producing; smaller elements may run further ahead while those
+  ahead take under :data:`~grain_core.runtime.api.AHEAD_BYTES` (see :class:`~grain_core.runtime.api.WorkerLoop`).
 * ``get_state()`` is JSON: per worker the state at the start of its current message plus how many of
   its elements were consumed, whether it is exhausted, and whose turn is next. It is the same for
   every runtime, so a checkpoint moves between runtimes. ``set_state`` keeps the workers and sends

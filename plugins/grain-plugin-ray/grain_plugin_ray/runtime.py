@@ -48,10 +48,11 @@ class RayRuntime:
         before the iterator raises; a cluster without the requested CPUs or resources never
         places it.
       min_buffer_size: None (default): each actor holds at most ``per_worker_buffer_size``
-        elements produced and not yet returned by ``next()``, exactly as a worker process. A
-        number: each actor may hold ``max(per_worker_buffer_size, min_buffer_size)``, so that
-        one actor call carries a group of elements even when ``per_worker_buffer_size`` is
-        small (Grain's default 1 costs an actor round trip per element). Elements, order and
+        elements produced and not yet returned by ``next()``, exactly as a worker process (plus
+        the one in production, and small elements up to ``AHEAD_BYTES``). A number: each actor
+        may hold ``max(per_worker_buffer_size, min_buffer_size)``, so that one actor call carries
+        a group of elements even when ``per_worker_buffer_size`` is small and the elements are
+        large (Grain's default 1 then costs an actor round trip per element). Elements, order and
         state do not change; only how far the actors run ahead (memory) does.
       max_restarts: 0 (default): a dead actor ends the iteration with ``WorkerError`` (restore
         the last checkpoint to continue). ``n > 0``: the iterator replaces a dead actor up to

@@ -14,7 +14,7 @@ from ray_pipelines import pipeline
 
 import grain_core as grain
 from grain_core import testing
-from grain_core.runtime.api import WorkerError
+from grain_core.runtime.api import AHEAD_BYTES, WorkerError
 from grain_core.testing.compare import assert_elements_equal
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]
@@ -199,14 +199,15 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path, buffer, min_buff
     produces while its buffer is full; with min_buffer_size it does run that far ahead, less the
     credits the channel holds back (it posts one when it frees half the buffer, or when the
     consumer waits: this consumer does not wait, so up to ``bound // 2 - 1`` returned elements
-    may not be credited yet)."""
+    may not be credited yet). Elements of ``AHEAD_BYTES`` each, so the bound is in elements
+    (smaller ones may run further ahead, up to that many bytes: as in a worker process)."""
     held_back = max(1, bound // 2) - 1
     log = tmp_path / "produced"
 
     def record(x):
         with open(log, "a") as f:
             f.write(f"{x}\n")
-        return x
+        return np.full(AHEAD_BYTES // 8, x)
 
     def produced() -> int:
         return len(log.read_text().split()) if log.exists() else 0
