@@ -5,8 +5,12 @@ reads a few elements of ``ds`` (a ``MapDataset`` or ``IterDataset``, at most ~0.
 size in bytes and their processing time, and returns a :class:`PerformanceConfig` whose
 ``estimated_ram_mb`` (the model below) is at most ``ram_budget_mb``:
 
-    RAM = workers * (WORKER_OVERHEAD_MB + element_mb * (threads_buffer + 2 * (per_worker_buffer + 1)))
+    RAM = workers * (WORKER_OVERHEAD_MB + element_mb * threads_buffer
+                     + 2 * max(element_mb * (per_worker_buffer + 1), AHEAD_MB + element_mb))
           + element_mb * threads_buffer                                   (in-process read buffer)
+
+where ``AHEAD_MB`` is :data:`grain_core.runtime.api.AHEAD_BYTES`: how far small elements may run
+ahead of ``next()`` per worker beyond ``per_worker_buffer + 1`` elements.
 
 Workers are ``min(os.cpu_count(), max_workers)`` reduced until the estimate fits; none when elements
 are so cheap (< ``MIN_WORKER_ELEMENT_SECONDS``) that inter-process transfer would dominate. The read
@@ -23,6 +27,7 @@ import time
 from typing import Any
 
 from grain_core.options import MultiprocessingOptions, ReadOptions
+from grain_core.runtime.api import AHEAD_BYTES
 
 __all__ = ["PerformanceConfig", "pick_performance_config", "element_nbytes"]
 
@@ -100,7 +105,8 @@ def _sample(ds: Any, limit: int | None = None) -> tuple[int, float]:
 
 
 def _estimate_mb(workers: int, per_worker: int, buffer: int, element_mb: float) -> float:
-    in_flight = element_mb * (buffer + 2 * (per_worker + 1))
+    ahead = max(element_mb * (per_worker + 1), AHEAD_BYTES / 2**20 + element_mb)
+    in_flight = element_mb * buffer + 2 * ahead
     return workers * (WORKER_OVERHEAD_MB + in_flight) + element_mb * buffer
 
 
