@@ -6,12 +6,48 @@ empty subtree).
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["map_structure", "stack", "concatenate", "flatten_with_paths"]
+__all__ = ["map_structure", "stack", "concatenate", "flatten_with_paths", "nbytes"]
+
+_PLAIN = frozenset({int, float, bool, complex, type(None), str, bytes, bytearray})
+_MAX_DEPTH = 8
+
+
+def nbytes(element: Any, _depth: int = 0) -> int:
+    """Approximate bytes ``element`` holds in memory: the one estimate grain_core uses to size
+    chunks, bound what ``mp_prefetch`` workers run ahead, tune options and report sizes.
+
+    * anything with an integer ``nbytes`` (numpy and JAX arrays, numpy scalars): that;
+    * ``dict``, ``list``, ``tuple`` (namedtuples too) and dataclass instances: their own size
+      (``sys.getsizeof``) plus their items', to a depth of 8 (deeper items count their own size);
+    * anything else (Python scalars, ``str``, ``bytes``, other objects): ``sys.getsizeof``.
+
+    Cheap for the common cases (a Python scalar or string is one lookup), since it runs once per element in
+    a worker. Objects shared between elements are counted in each.
+    """
+    cls = type(element)
+    if cls in _PLAIN:
+        return sys.getsizeof(element)
+    n = getattr(element, "nbytes", None)
+    if n.__class__ is int:
+        return n  # type: ignore[return-value]
+    size = sys.getsizeof(element)
+    if _depth >= _MAX_DEPTH:
+        return size
+    if cls is dict or isinstance(element, dict):
+        return size + sum(nbytes(v, _depth + 1) for v in element.values())
+    if cls is list or cls is tuple or isinstance(element, (list, tuple)):
+        return size + sum(nbytes(v, _depth + 1) for v in element)
+    if dataclasses.is_dataclass(element) and not isinstance(element, type):
+        fields = dataclasses.fields(element)
+        return size + sum(nbytes(getattr(element, f.name), _depth + 1) for f in fields)
+    return size
 
 
 def _is_namedtuple(x: Any) -> bool:

@@ -59,26 +59,6 @@ def load_target(target: str) -> Any:
     return obj
 
 
-def leaf_nbytes(x: Any) -> int:
-    """Estimated bytes of one leaf: numpy/JAX arrays, bytes, str, numpy and Python scalars."""
-    nbytes = getattr(x, "nbytes", None)
-    if isinstance(nbytes, int):
-        return nbytes
-    if isinstance(x, (bytes, bytearray, memoryview)):
-        return len(x)
-    if isinstance(x, str):
-        return len(x.encode("utf-8", "surrogatepass"))
-    if isinstance(x, (bool, int, float, complex)):
-        return 8
-    return 0
-
-
-def element_nbytes(element: Any) -> int:
-    from grain_core.tree import flatten_with_paths
-
-    return sum(leaf_nbytes(leaf) for _, leaf in flatten_with_paths(element))
-
-
 def element_spec(element: Any) -> list[dict[str, Any]]:
     """``[{path, type, shape, dtype}]`` for every leaf of ``element``."""
     from grain_core.tree import flatten_with_paths

@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from grain_core.cli._console import Progress, console, print_stats, wrap
-from grain_core.cli._target import element_nbytes, human_bytes, load_target
+from grain_core.cli._target import human_bytes, load_target
+from grain_core.tree import nbytes
 
 
 def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bool,
@@ -24,7 +25,7 @@ def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bo
     else:
         it = iter(ds)
     elements = 0
-    nbytes = 0
+    total_bytes = 0
     first_s = None
     first: Any = None
     stats = None
@@ -43,8 +44,8 @@ def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bo
                     first_s = now - start
                     first = x
                 elements += 1
-                nbytes += element_nbytes(x)
-                bar.update(elements, nbytes)
+                total_bytes += nbytes(x)
+                bar.update(elements, total_bytes)
                 if seconds is not None and now - start >= seconds:
                     break
         elapsed = time.perf_counter() - start
@@ -57,8 +58,8 @@ def run_bench(ds: Any, *, seconds: float | None, steps: int | None, progress: bo
         "elements": elements,
         "seconds": elapsed,
         "elements_per_s": elements / elapsed if elapsed > 0 else None,
-        "bytes": nbytes,
-        "bytes_per_s": nbytes / elapsed if elapsed > 0 else None,
+        "bytes": total_bytes,
+        "bytes_per_s": total_bytes / elapsed if elapsed > 0 else None,
         "first_element_s": first_s,
         "exhausted": exhausted,
         **({"stats": stats.as_dict()} if stats is not None else {}),

@@ -20,7 +20,6 @@ __all__ = [
     "CHUNK_BYTES",
     "MixRead",
     "can_unread",
-    "element_bytes",
     "mix_chunk",
     "mix_unread",
     "unread",
@@ -28,22 +27,7 @@ __all__ = [
 
 CHUNK_BYTES = 4 << 20
 """A chunk holds about this many bytes at most (at least one element), as measured by
-:func:`element_bytes`."""
-
-
-def element_bytes(x: Any) -> int:
-    """Approximate bytes of one element, for sizing chunks: its numpy arrays and ``bytes``/``str``
-    leaves (8 for anything else)."""
-    n = getattr(x, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    if isinstance(x, (bytes, bytearray, str)):
-        return len(x)
-    if isinstance(x, dict):
-        return sum(element_bytes(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return sum(element_bytes(v) for v in x)
-    return 8
+:func:`grain_core.tree.nbytes`."""
 
 
 def can_unread(it: DatasetIterator) -> bool:

@@ -12,7 +12,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
-from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, element_bytes, unread
+from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, unread
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.prefetch import FilterRatioCheck
 from grain_core.dataset.sharing import current_worker
@@ -607,7 +607,7 @@ class _FilterIterator(_OneParentIterator):
                 continue
             self._verdicts, self._kept = verdicts, kept
             self._count_fresh(verdicts, len(replay), len(kept))  # may raise: _kept stays
-            self._elem_bytes = element_bytes(kept[0])
+            self._elem_bytes = tree.nbytes(kept[0])
             out = kept[:n]
             self._served = len(out)
             return out

@@ -62,8 +62,9 @@ from concurrent import futures
 from typing import Any
 
 from grain_core import state as _state
+from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
-from grain_core.dataset.chunking import CHUNK_BYTES, element_bytes
+from grain_core.dataset.chunking import CHUNK_BYTES
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
@@ -423,7 +424,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         dense = True
         if not lazy:
             if items:
-                self._elem_bytes = element_bytes(items[0]) or self._elem_bytes
+                self._elem_bytes = tree.nbytes(items[0]) or self._elem_bytes
             if sizes_pool:
                 self._adapt(seconds, pool_seconds)
             if not ahead:

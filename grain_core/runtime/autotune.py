@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from typing import Any
 
+from grain_core import tree
 from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.runtime.api import AHEAD_BYTES
 
-__all__ = ["PerformanceConfig", "pick_performance_config", "element_nbytes"]
+__all__ = ["PerformanceConfig", "pick_performance_config"]
 
 WORKER_OVERHEAD_MB = 64.0
 MIN_WORKER_ELEMENT_SECONDS = 20e-6
@@ -48,22 +48,6 @@ class PerformanceConfig:
     element_seconds: float = 0.0
 
 
-def element_nbytes(x: Any) -> int:
-    """Approximate bytes held by an element (a PyTree of arrays, scalars, strings)."""
-    if hasattr(x, "nbytes") and not isinstance(x, type):
-        try:
-            return int(x.nbytes)
-        except Exception:
-            pass
-    if isinstance(x, dict):
-        return sum(element_nbytes(v) for v in x.values()) + sys.getsizeof(x)
-    if isinstance(x, (list, tuple)):
-        return sum(element_nbytes(v) for v in x) + sys.getsizeof(x)
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return sum(element_nbytes(getattr(x, f.name)) for f in dataclasses.fields(x))
-    return sys.getsizeof(x)
-
-
 def _sample(ds: Any, limit: int | None = None) -> tuple[int, float]:
     from grain_core.dataset.base import MapDataset
 
@@ -79,7 +63,7 @@ def _sample(ds: Any, limit: int | None = None) -> tuple[int, float]:
             x = ds[i]
             t_total += time.perf_counter() - t0
             if x is not None:
-                sizes.append(element_nbytes(x))
+                sizes.append(tree.nbytes(x))
             if time.perf_counter() - start > _SAMPLE_SECONDS:
                 break
     else:
@@ -92,7 +76,7 @@ def _sample(ds: Any, limit: int | None = None) -> tuple[int, float]:
                 except StopIteration:
                     break
                 t_total += time.perf_counter() - t0
-                sizes.append(element_nbytes(x))
+                sizes.append(tree.nbytes(x))
                 if time.perf_counter() - start > _SAMPLE_SECONDS:
                     break
         finally:

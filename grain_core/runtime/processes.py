@@ -44,6 +44,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from grain_core import tree
 from grain_core.runtime import api, shm
 
 __all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV"]
@@ -116,24 +117,6 @@ class _Boot:
 # --------------------------------------------------------------------------------------------------
 
 
-_SCALARS = frozenset({int, float, bool, complex, type(None)})
-
-
-def _nbytes(x: Any, depth: int = 0) -> int:
-    """Approximate bytes of an element (the message-size bound); cheap for scalars."""
-    if type(x) in _SCALARS:
-        return 64
-    n = getattr(x, "nbytes", None)
-    if isinstance(n, int):
-        return n
-    if isinstance(x, (bytes, bytearray, str)):
-        return len(x)
-    if depth < 4:
-        if isinstance(x, dict):
-            return sum(_nbytes(v, depth + 1) for v in x.values())
-        if isinstance(x, (list, tuple)):
-            return sum(_nbytes(v, depth + 1) for v in x)
-    return 64
 
 
 class _WorkerEndpoint:
@@ -300,7 +283,7 @@ def _worker_main(boot: _Boot) -> None:
     endpoint = _WorkerEndpoint(boot)
     try:
         boot.job.environment.apply()
-        api.WorkerLoop(boot.job, boot.index, endpoint, size_of=_nbytes).run()
+        api.WorkerLoop(boot.job, boot.index, endpoint, size_of=tree.nbytes).run()
     except (EOFError, OSError):
         pass  # the consumer went away
     finally:

@@ -23,17 +23,10 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
 from grain_core.runtime.api import WorkerJob, WorkerLoop
-from grain_core.tree import flatten_with_paths
+from grain_core.tree import nbytes
 
-__all__ = ["ActorEndpoint", "Location", "WorkerActor", "numpy_bytes"]
-
-
-def numpy_bytes(element: Any) -> int:
-    """Bytes held by the numpy arrays of ``element`` (what bounds a group of elements)."""
-    return sum(leaf.nbytes for _, leaf in flatten_with_paths(element) if isinstance(leaf, np.ndarray))
+__all__ = ["ActorEndpoint", "Location", "WorkerActor"]
 
 
 class ActorEndpoint:
@@ -124,7 +117,7 @@ class WorkerActor:
         # live elsewhere than the consumer's).
         sys.path.extend(p for p in own_path if p not in sys.path)
         self._endpoint = ActorEndpoint()
-        self._loop = WorkerLoop(job, index, self._endpoint, size_of=numpy_bytes)
+        self._loop = WorkerLoop(job, index, self._endpoint, size_of=nbytes)
         self._thread = threading.Thread(
             target=self._loop.run, name=f"grain_core-ray-worker-{index}", daemon=True
         )
