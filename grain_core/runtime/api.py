@@ -41,9 +41,11 @@ last credit.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import logging
+import math
 import os
 import sys
 import threading
@@ -66,6 +68,8 @@ __all__ = [
     "End",
     "Failure",
     "Idle",
+    "Mark",
+    "Position",
     "Runtime",
     "RoundRobinConsumer",
     "Start",
@@ -97,10 +101,13 @@ MAX_MESSAGE_BYTES = 64 << 20
 #: at most ``buffer_size + 1`` plus the elements returned since its last (re)start. So a worker
 #: holds at most ``max(buffer_size + 1 elements, AHEAD_BYTES + one element)`` ahead.
 AHEAD_BYTES = 1 << 20
-#: A group that runs ahead under :data:`AHEAD_BYTES` holds about this much of the worker's work at
-#: most (estimated from earlier groups): a restored state names the state before a message and the
-#: elements to skip after it, which the worker recomputes.
+#: A restored state names a worker state and the elements to skip after it, which the worker
+#: recomputes. Inside a message, the worker marks its state (:class:`Mark`) about this often in
+#: production time (estimated from earlier groups), or more often where a state is cheap to take,
+#: so a restore recomputes about this much of the worker's work at most.
 MAX_REPLAY_SECONDS = 0.001
+#: Taking marks costs a worker at most about this share of its production time.
+MARK_COST_SHARE = 0.05
 #: A worker sends what it has when its group is this old, before it starts the next element.
 MAX_MESSAGE_SECONDS = 0.005
 WAIT_SECONDS = 0.05
@@ -164,16 +171,47 @@ class Template:
     elastic_problem: str | None
 
 
+class Position(NamedTuple):
+    """A position in a worker's share: ``skip`` elements after the iterator state ``state``."""
+
+    state: Any
+    skip: int
+
+
+class Mark(NamedTuple):
+    """A worker state inside a message: ``elements[offset]`` comes right after ``state``."""
+
+    offset: int
+    state: Any
+
+
 @dataclasses.dataclass(frozen=True)
 class Elements:
     """Worker -> consumer: ``elements`` in order; the first of them comes ``skip`` elements after
-    the worker's iterator state ``state``."""
+    the worker's iterator state ``state``. ``marks`` (ascending offsets, none at 0) are states the
+    worker took between elements, so a position inside the message needs few elements skipped."""
 
     seq: int
     generation: int
     state: Any
     skip: int
     elements: list[Any]
+    marks: tuple[Mark, ...] = ()
+
+    def position_after(self, n: int) -> Position:
+        """The position after the first ``n`` elements: from the last mark at or before element
+        ``n``, else from ``state``."""
+        marks = self.marks
+        if marks:
+            i = bisect.bisect_right(marks, n, key=_mark_offset)
+            if i:
+                m = marks[i - 1]
+                return Position(m.state, n - m.offset)
+        return Position(self.state, self.skip + n)
+
+
+def _mark_offset(m: Mark) -> int:
+    return m.offset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,11 +449,32 @@ def pickle_exception(e: BaseException) -> bytes | None:
 
 @dataclasses.dataclass
 class _Group:
-    """The elements of the message being built: they come ``skip`` elements after ``state``."""
+    """The elements of the message being built: they come ``skip`` elements after ``state``;
+    ``marks`` are states taken between them."""
 
     state: Any
     skip: int
     elements: list[Any]
+    marks: list[Mark] = dataclasses.field(default_factory=list)
+
+    def mark(self, state: Any) -> None:
+        """Records ``state`` as the state before the next element."""
+        if self.elements:
+            self.marks.append(Mark(len(self.elements), state))
+        else:
+            self.state, self.skip = state, 0
+
+    def cut(self, seq: int, generation: int) -> Elements:
+        """The elements so far as a message; the group goes on after them."""
+        msg = Elements(seq, generation, self.state, self.skip, self.elements, tuple(self.marks))
+        n = len(self.elements)
+        if self.marks:
+            last = self.marks[-1]
+            self.state, self.skip = last.state, n - last.offset
+        else:
+            self.skip += n
+        self.elements, self.marks = [], []
+        return msg
 
 
 class WorkerLoop:
@@ -458,6 +517,8 @@ class WorkerLoop:
         self.stats_report: Callable[[], Any] | None = None
         self.produced_elements, self.produced_seconds = 0, 0.0
         self.element_seconds = 0.0  # an element's production time in the latest group
+        self.state_seconds = 0.0  # what a get_state() costs (at groups' starts, growing slowly)
+        self.carried: _Group | None = None  # read by a restart: the first group starts with it
         # generation, produced (sent) and consumed counts in it
         self.gen, self.sent, self.consumed, self.producing = -1, 0, 0, False
         # Messages sent in this generation and not wholly consumed, oldest first: (``sent`` after
@@ -510,12 +571,9 @@ class WorkerLoop:
                     g = self.group
                     if g is None or not g.elements or not self.in_next or self.calls != calls:
                         continue
-                    self.endpoint.send(
-                        Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements)
-                    )
-                    self.sent += len(g.elements)
-                    g.skip += len(g.elements)
-                    g.elements = []
+                    n = len(g.elements)
+                    self.endpoint.send(g.cut(self._next_seq(), self.gen))
+                    self.sent += n
             except Exception:  # the consumer is gone: the main thread finds out too
                 return
 
@@ -569,6 +627,7 @@ class WorkerLoop:
         self.gen, self.sent, self.consumed, self.producing = cmd.generation, 0, 0, False
         self.ahead_messages.clear()
         self.ahead_bytes = 0
+        self.carried = None
         if not isinstance(cmd, Start):  # Idle (a Consumed never reaches here)
             return True
         if self.setup_error is not None:
@@ -583,13 +642,23 @@ class WorkerLoop:
         return True
 
     def _restart(self, state: Any, skip: int) -> None:
-        assert self.it is not None
+        """Moves the iterator to ``skip`` elements after ``state``. The skipped elements are read
+        in chunks (a stage may read or skip them at once), together with the element after them,
+        which starts the first group (so it needs no second read after a cold restart)."""
+        it = self.it
+        assert it is not None
         if self.fresh and state is None and skip == 0:
             return
         self.fresh = False
-        self.it.set_state(self.initial if state is None else state)
-        while skip > 0:  # in chunks: a stage may read (or skip) them at once
-            skip -= len(self.it.next_chunk(skip))
+        base = self.initial if state is None else state
+        it.set_state(base)
+        left = skip
+        while left > 0:
+            chunk = it.next_chunk(left + 1)
+            if len(chunk) > left:
+                self.carried = _Group(base, skip, chunk[left:])
+                return
+            left -= len(chunk)
 
     def _fail(self, e: BaseException, tb: str) -> None:
         data = pickle_exception(e)
@@ -652,19 +721,25 @@ class WorkerLoop:
         self.fresh = False
         outcome: BaseException | str | None = None
         tb = ""
-        g = _Group(it.get_state(), 0, [])
+        t0 = time.perf_counter()
+        g, self.carried = self.carried, None
+        if g is None:
+            g = _Group(it.get_state(), 0, [])
+            t, last = time.perf_counter() - t0, self.state_seconds
+            self.state_seconds = t if last <= 0 else min(t, 2 * last)  # one slow call: not 1000x
         with self.lock:
             self.group = g
-        count = 0
-        nbytes = 0
-        t0 = time.perf_counter()
+        size_of = self.size_of
+        count = len(g.elements)
+        nbytes = sum(map(size_of, g.elements)) if size_of is not None else 0
         room = max(room, 0)
+        every, replay = self._mark_spacing()
         if byte_room <= 0:
             extra = room
-        elif self.element_seconds > 0:
-            extra = min(extra, int(MAX_REPLAY_SECONDS / self.element_seconds))
+        elif every > replay:  # marks too costly to bound the replay: the group bounds it
+            extra = min(extra, replay)
         limit = min(max(room, extra, 1), MAX_MESSAGE_ELEMENTS)
-        size_of = self.size_of
+        next_mark = every
         lock = self.lock
         self.tick = False
         while outcome is None and count < limit:
@@ -678,6 +753,11 @@ class WorkerLoop:
                     self._take_commands(0) or time.perf_counter() - t0 > MAX_MESSAGE_SECONDS
                 ):
                     break
+            if count == next_mark:
+                st = it.get_state()
+                with lock:
+                    g.mark(st)
+                next_mark += every
             self.calls += 1
             self.in_next = True
             try:
@@ -702,8 +782,9 @@ class WorkerLoop:
             if g.elements:
                 if self.stats_report is not None:  # before the data: read with it, never later
                     self.endpoint.send(Stats(self._next_seq(), self.gen, self.stats_report()))
-                self.endpoint.send(Elements(self._next_seq(), self.gen, g.state, g.skip, g.elements))
-                self.sent += len(g.elements)
+                n = len(g.elements)
+                self.endpoint.send(g.cut(self._next_seq(), self.gen))
+                self.sent += n
             if count and size_of is not None:
                 # Elements the flusher sent early count from here on, with the rest of the group.
                 self.ahead_messages.append((self.sent, nbytes))
@@ -719,6 +800,15 @@ class WorkerLoop:
         elif isinstance(outcome, BaseException):
             self._fail(outcome, tb)
             self.producing = False
+
+    def _mark_spacing(self) -> tuple[int, int]:
+        """Elements between marks (their cost under :data:`MARK_COST_SHARE` of the production
+        time, as last measured), and the elements :data:`MAX_REPLAY_SECONDS` of work hold."""
+        e = self.element_seconds
+        if e <= 0:
+            return 1, MAX_MESSAGE_ELEMENTS
+        every = max(1, math.ceil(self.state_seconds / (MARK_COST_SHARE * e)))
+        return every, max(1, int(MAX_REPLAY_SECONDS / e))
 
     def _report(self) -> None:
         if self.job.profiling:
@@ -760,8 +850,8 @@ def next_or_rollback(it: Any) -> Any:
 class _Worker(NamedTuple):
     """The consumer's view of one worker; replaced as a whole, never changed in place."""
 
-    state: Any = None  # worker state at the start of the last message taken from ...
-    skip: int = 0  # ... and how many elements after it were returned
+    state: Any = None  # the position a restore gave (while no element was returned since) ...
+    skip: int = 0
     exhausted: bool = False  # every element returned and End received
     ended: bool = False  # End received (elements may still be buffered)
     buffered: tuple[Elements, ...] = ()
@@ -769,6 +859,14 @@ class _Worker(NamedTuple):
     consumed: int = 0  # elements returned in this generation (the Consumed count)
     seq: int = 0  # the last message applied
     failure: Failure | None = None
+    last: Elements | None = None  # the message of the latest element returned ...
+    taken: int = 0  # ... and how many of its elements were returned
+
+    def position(self) -> Position:
+        """The position after the elements returned."""
+        if self.last is None:
+            return Position(self.state, self.skip)
+        return self.last.position_after(self.taken)
 
 
 class _Cursor(NamedTuple):
@@ -854,7 +952,8 @@ class RoundRobinConsumer(DatasetIterator):
             if w.exhausted:
                 self._send(i, Idle(cur.generation))
             else:
-                self._send(i, Start(cur.generation, w.state, w.skip))
+                pos = w.position()
+                self._send(i, Start(cur.generation, pos.state, pos.skip))
         self._started = True
 
     def _send(self, i: int, msg: ToWorker) -> None:
@@ -893,8 +992,8 @@ class RoundRobinConsumer(DatasetIterator):
                     rest, offset = rest[1:], 0
                 consumed = w.consumed + 1
                 nw = _Worker(
-                    msg.state,
-                    msg.skip + w.offset + 1,
+                    None,
+                    0,
                     w.ended and not rest,
                     w.ended,
                     rest,
@@ -902,6 +1001,8 @@ class RoundRobinConsumer(DatasetIterator):
                     consumed,
                     w.seq,
                     w.failure,
+                    msg,
+                    w.offset + 1,
                 )
                 ws = cur.workers
                 new = _Cursor(
@@ -991,8 +1092,8 @@ class RoundRobinConsumer(DatasetIterator):
             rest = tuple(queues[j])
             consumed = w.consumed + took[j]
             new_ws[j] = _Worker(
-                msg.state,
-                msg.skip + o + 1,
+                None,
+                0,
                 exhausted[j] or (w.ended and not rest),
                 w.ended,
                 rest,
@@ -1000,6 +1101,8 @@ class RoundRobinConsumer(DatasetIterator):
                 consumed,
                 w.seq,
                 w.failure,
+                msg,
+                o + 1,
             )
             if (
                 len(rest) < len(w.buffered)  # a message returned wholly
@@ -1120,9 +1223,7 @@ class RoundRobinConsumer(DatasetIterator):
             num_workers=self._k,
             next_worker=cur.next_worker,
             position=cur.position,
-            workers=[
-                {"state": w.state, "skip": w.skip, "exhausted": w.exhausted} for w in cur.workers
-            ],
+            workers=[_worker_entry(w) for w in cur.workers],
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -1223,6 +1324,11 @@ class RoundRobinConsumer(DatasetIterator):
         """Stops the workers and frees what they hold. Idempotent; safe from another thread."""
         self._closed = True
         self._finalizer()
+
+
+def _worker_entry(w: _Worker) -> dict[str, Any]:
+    pos = w.position()
+    return {"state": pos.state, "skip": pos.skip, "exhausted": w.exhausted}
 
 
 def _with(cur: _Cursor, i: int, w: _Worker) -> _Cursor:

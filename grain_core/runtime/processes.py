@@ -75,6 +75,7 @@ class _ShmElements:
     segment: str | None
     payloads: list[bytes]
     layouts: list[tuple[tuple[int, int], ...]]
+    marks: tuple[api.Mark, ...] = ()
     fallback: str | None = None
 
 
@@ -150,12 +151,14 @@ class _WorkerEndpoint:
             try:
                 w.add(m.elements)
                 name, payloads, layouts = w.finish()
-                return _ShmElements(m.seq, m.generation, m.state, m.skip, name, payloads, layouts)
+                return _ShmElements(
+                    m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks
+                )
             except shm.ShmFullError as e:
                 w.pass_through()
                 fallback = str(e)
         return _ShmElements(
-            m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], fallback
+            m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], m.marks, fallback
         )
 
     def receive(self, timeout: float | None) -> Any:
@@ -583,7 +586,9 @@ class ProcessPool:
                     msg.seq, msg.generation, api.pickle_exception(e), traceback.format_exc()
                 )
             else:
-                msg_out = api.Elements(msg.seq, msg.generation, msg.state, msg.skip, elements)
+                msg_out = api.Elements(
+                    msg.seq, msg.generation, msg.state, msg.skip, elements, msg.marks
+                )
             ch.read_messages += 1
             if msg.fallback is not None:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")

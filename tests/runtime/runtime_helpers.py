@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import threading
 
 from grain_core.runtime import api, shm
@@ -37,3 +38,35 @@ def runtime_threads() -> list[threading.Thread]:
 
 
 __all__ = ["ahead_bound", "alive", "our_segments", "runtime_threads", "shm"]
+
+
+class HeldEndpoint:
+    """A transport for one :class:`api.WorkerLoop` in a thread, whose consumer returns only what
+    the test credits: records every message and signals when the loop waits for a command with
+    nothing it may produce (it only waits, with no timeout, at its bound or when idle)."""
+
+    def __init__(self) -> None:
+        self.commands: queue.Queue = queue.Queue()
+        self.sent: list = []
+        self.waiting = threading.Event()
+
+    def send(self, message) -> None:
+        self.sent.append(message)
+
+    def receive(self, timeout):
+        try:
+            return self.commands.get_nowait()
+        except queue.Empty:
+            if timeout is not None:
+                return None
+        self.waiting.set()
+        return self.commands.get()
+
+    def produced(self) -> int:
+        return sum(len(m.elements) for m in self.sent if isinstance(m, api.Elements))
+
+    def command(self, message) -> None:
+        """Sends ``message`` and waits until the loop has answered it and waits again."""
+        self.waiting.clear()
+        self.commands.put(message)
+        assert self.waiting.wait(60), "the worker loop did not come to a stop"

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import threading
 import time
 
 import numpy as np
 import pytest
-from runtime_helpers import ahead_bound, alive, our_segments
+from runtime_helpers import HeldEndpoint, ahead_bound, alive, our_segments
 
 import grain_core as grain
 from grain_core.runtime import api
@@ -137,38 +136,6 @@ def test_states_restore_exactly_at_small_buffers(buffer):
             assert [int(e["i"]) for e in it] == expected[p:], p
 
 
-class _HeldEndpoint:
-    """A transport for one :class:`api.WorkerLoop` in a thread, whose consumer returns only what
-    the test credits: records every message and signals when the loop waits for a command with
-    nothing it may produce (it only waits, with no timeout, at its bound or when idle)."""
-
-    def __init__(self) -> None:
-        self.commands: queue.Queue = queue.Queue()
-        self.sent: list = []
-        self.waiting = threading.Event()
-
-    def send(self, message) -> None:
-        self.sent.append(message)
-
-    def receive(self, timeout):
-        try:
-            return self.commands.get_nowait()
-        except queue.Empty:
-            if timeout is not None:
-                return None
-        self.waiting.set()
-        return self.commands.get()
-
-    def produced(self) -> int:
-        return sum(len(m.elements) for m in self.sent if isinstance(m, api.Elements))
-
-    def command(self, message) -> None:
-        """Sends ``message`` and waits until the loop has answered it and waits again."""
-        self.waiting.clear()
-        self.commands.put(message)
-        assert self.waiting.wait(60), "the worker loop did not come to a stop"
-
-
 @pytest.mark.parametrize(
     "buffer,nbytes",
     [(1, api.AHEAD_BYTES), (3, api.AHEAD_BYTES), (1, 300_000), (2, 2_400), (600, 2_400)],
@@ -182,7 +149,7 @@ def test_worker_loop_runs_exactly_to_its_bound(buffer, nbytes):
         grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
     )
     job = api.WorkerJob.create(ds, MP(num_workers=1, per_worker_buffer_size=buffer))
-    ep = _HeldEndpoint()
+    ep = HeldEndpoint()
     loop = api.WorkerLoop(job, 0, ep, size_of=lambda x: x.nbytes)
     thread = threading.Thread(target=loop.run, daemon=True)
     ep.waiting.clear()

@@ -72,7 +72,8 @@ class ResumePoint:
             return message
         if isinstance(message, Elements) and isinstance(cmd, Start):
             n = len(message.elements)
-            self.command = Start(cmd.generation, message.state, message.skip + n)
+            pos = message.position_after(n)
+            self.command = Start(cmd.generation, pos.state, pos.skip)
             self.received += n
         elif isinstance(message, End | Failure):
             self.command = Idle(cmd.generation)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grain_plugin_ray.resume import ResumePoint
 
-from grain_core.runtime.api import Consumed, Elements, End, Idle, Start, Template
+from grain_core.runtime.api import Consumed, Elements, End, Idle, Mark, Start, Template
 
 
 def test_a_replacement_continues_after_the_last_elements_received():
@@ -26,6 +26,14 @@ def test_a_replacement_continues_after_the_last_elements_received():
     assert r.received_message(End(3, 1)) == End(6, 1)
     assert r.replacement() == [Idle(1), Consumed(1, 5)]
     assert r.sent(Consumed(1, 5)) == Consumed(1, 1)  # 4 elements came from earlier actors
+
+
+def test_a_replacement_starts_from_the_last_mark_received():
+    r = ResumePoint()
+    r.sent(Start(1, None, 0))
+    marks = (Mark(1, {"s": 1}), Mark(3, {"s": 3}))
+    r.received_message(Elements(1, 1, {"s": 0}, 0, ["a", "b", "c", "d", "e"], marks))
+    assert r.replacement() == [Start(1, {"s": 3}, 2)]
 
 
 def test_a_new_generation_starts_over():
