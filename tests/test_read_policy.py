@@ -21,6 +21,7 @@ from test_chunks import (
 )
 
 import grain_core as grain
+from grain_core.dataset import prefetch
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.trees import iterator_tree
 from grain_core.testing import drain_with_interrupts
@@ -566,10 +567,12 @@ def test_the_policy_is_kept_across_restores():
     it.close()
 
 
-def test_after_a_restore_the_caller_reads_the_chunk_it_asks_for():
+def test_after_a_restore_the_caller_reads_the_chunk_it_asks_for(monkeypatch):
     """The first chunk after a (re)start is read by the calling thread, as many elements as
     ``next_chunk`` asks for (a worker skipping to a restored position asks for all it skips),
-    even while the policy reads ahead; reading ahead resumes after it."""
+    even while the policy reads ahead; reading ahead resumes after it (here at once: the caller's
+    further chunks after a restore are tested below)."""
+    monkeypatch.setattr(prefetch, "_RESTORE_INLINE_SECONDS", 0.0)
     readers: dict[int, str] = {}
 
     def record(x):
@@ -587,4 +590,30 @@ def test_after_a_restore_the_caller_reads_the_chunk_it_asks_for():
     assert [readers[i] for i in range(20, 27)] == [main] * 7
     assert list(it) == list(range(27, 500))
     assert any(readers[i] != main for i in range(27, 500))  # read ahead in the pool again
+    it.close()
+
+
+@pytest.mark.parametrize("inline_seconds", [0.0, 1e9])
+def test_after_a_restore_the_caller_reads_chunks_until_they_took_long_enough(
+    monkeypatch, inline_seconds
+):
+    """After ``set_state`` the caller goes on reading chunks itself until reading them has taken
+    ``_RESTORE_INLINE_SECONDS`` (no threads computing elements a restore soon after would drop);
+    a fresh iterator reads only its first chunk so. Reading (and the state) stays exact."""
+    monkeypatch.setattr(prefetch, "_RESTORE_INLINE_SECONDS", inline_seconds)
+    readers: dict[int, str] = {}
+
+    def record(x):
+        readers[x] = threading.current_thread().name
+        return x
+
+    it = iter(grain.MapDataset.range(300).map(record).to_iter_dataset(grain.ReadOptions()))
+    _scripted(it, SCRIPTS["ahead"])
+    assert [next(it) for _ in range(20)] == list(range(20))
+    assert any(name != threading.current_thread().name for name in readers.values())
+    it.set_state(it.get_state())
+    readers.clear()
+    assert list(it) == list(range(20, 300))
+    in_caller = [readers[i] == threading.current_thread().name for i in range(20, 300)]
+    assert all(in_caller) == (inline_seconds > 0)
     it.close()

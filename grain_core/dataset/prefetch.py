@@ -26,13 +26,15 @@ read when asked for. The choice changes who reads when, never which elements com
 order, or the state.
 
 After a (re)start — the first element of a fresh iterator, or the first after ``set_state`` — the
-caller reads the first element itself (it waits for it anyway); then, while the policy reads ahead,
-chunks go to the threads with a ramp (at most 1, 2, 4, ... chunks in flight, doubling per chunk
-consumed; the policy's choice is kept across restores): the first elements do
-not wait behind a pool of threads competing for the GIL, and a restore followed soon by another
-restore wastes little work. The ramp reaches the full pool after a handful of chunks, so
-steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for reading ahead
-at once).
+caller reads the first chunk itself (it waits for it anyway; after ``set_state``, further chunks
+too, sized as synchronous chunks, until reading them has taken ``_RESTORE_INLINE_SECONDS``); then,
+while the policy reads ahead, chunks go to the threads with a ramp (at most 1, 2, 4, ... chunks in
+flight, doubling per chunk consumed; the policy's choice is kept across restores): the first
+elements do not wait behind a pool of threads competing for the GIL, and a restore followed soon
+by another restore (an ``mp_prefetch`` worker reading a few elements per restore) leaves no
+threads computing elements nobody will ask for. The ramp reaches the full pool after a handful of
+chunks, so steady-state throughput is unchanged. ``start_prefetch()`` skips both (it asks for
+reading ahead at once).
 
 A slow element does not hold back finished earlier ones (read ahead or on demand): when the chunk
 at the head of the buffer has kept the consumer waiting for ``max(_SLOW_MIN_SECONDS, _SLOW_FACTOR x a typical chunk)``, the
@@ -77,6 +79,7 @@ _MAX_CHUNK = 1024
 _SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
+_RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
 
 
 class FilterRatioError(ValueError):
@@ -256,7 +259,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         # waits for a pool still filling up, whose threads may still be opening files).
         self._settle_at: int | None = None
         self._restart_ahead = False  # read on demand since: reading ahead restarts with a ramp
-        self._cold = True  # the next chunk (one element) is read by the caller
+        self._cold = True  # the next chunk is read by the caller
+        self._cold_left = 0.0  # ... and after it, more chunks while reading them took under this
         self._ramp: int | None = 1  # chunks allowed in flight in the pool (None: no limit)
         self._last_done: float | None = None
         # (start, stop, future or None: read by the caller, read ahead: not asked for yet)
@@ -465,7 +469,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not self._policy.read_ahead:
             self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:
-            self._cold = False  # the pool starts at the next chunk, after this one is handed out
+            self._cold_left -= _SLOW_MIN_SECONDS if waited is None else waited
+            if self._cold_left <= 0:
+                self._cold = False  # the pool starts at the next chunk, after this one is handed out
         elif self._policy.read_ahead:
             self._fill()
         return True
@@ -563,6 +569,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._cancel_pending()
         self._next_index = index
         self._reset_buffer()  # restart cold: the first element after a restore comes quickly
+        self._cold_left = _RESTORE_INLINE_SECONDS
 
     def start_prefetch(self) -> None:
         if not self._sync and not self._buffer and not self._closed:
