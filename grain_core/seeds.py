@@ -267,9 +267,23 @@ class IndexShuffle:
         self._int_keys = tuple(k & ((1 << self._half) - 1) for k in self._keys)
 
     def _encrypt_array(self, x: np.ndarray) -> np.ndarray:
-        """One pass of the cipher over a uint64 array (:meth:`_walk_int` is the same on one int)."""
+        """One pass of the cipher over a uint64 array (:meth:`_walk_int` is the same on one int).
+        Words of up to 16 bits (indices below 2**32) look the round function up in a table."""
         w = self._half
         mask, one, two, eight, ww = (np.uint64(v) for v in ((1 << w) - 1, 1, 2, 8, w))
+        if w <= _TABLE_WORD_BITS:
+            f = _round_table(w)
+            lw = ((x >> ww) & mask).astype(np.int64)
+            rw = (x & mask).astype(np.int64)
+            int_keys = self._int_keys
+            for i in range(0, len(int_keys), 2):
+                lw ^= f.take(rw)
+                lw ^= int_keys[i]
+                rw ^= f.take(lw)
+                rw ^= int_keys[i + 1]
+            lw <<= w
+            lw |= rw
+            return lw.astype(np.uint64)
         keys = [np.uint64(k) for k in self._int_keys]
 
         def rotl(v, r):
@@ -381,16 +395,25 @@ class IndexShuffle:
                 return j
 
 
-def _simon_f8() -> np.ndarray:
-    v = np.arange(256, dtype=np.uint16)
+_TABLE_WORD_BITS = 16  # words up to this wide use a table of the round function (512 KiB at most)
+
+
+@functools.cache
+def _round_table(w: int) -> np.ndarray:
+    """Simon's round function ``(rotl(v, 1) & rotl(v, 8)) ^ rotl(v, 2)`` on every ``w``-bit word
+    (int64, read-only)."""
+    v = np.arange(1 << w, dtype=np.int64)
+    mask = (1 << w) - 1
 
     def rotl(u: np.ndarray, r: int) -> np.ndarray:
-        return ((u << r) & 0xFF) | (u >> (8 - r))
+        return ((u << r) & mask) | (u >> (w - r))
 
-    return ((rotl(v, 1) & rotl(v, 8)) ^ rotl(v, 2)).astype(np.uint8)
+    table = (rotl(v, 1) & rotl(v, 8)) ^ rotl(v, 2)
+    table.flags.writeable = False
+    return table
 
 
-_F8 = _simon_f8()  # Simon's round function on 8-bit words, as a table
+_F8 = _round_table(8).astype(np.uint8)  # on 8-bit words, for the uint8 passes below
 
 
 @functools.lru_cache(maxsize=32)
