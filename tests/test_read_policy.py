@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -567,24 +568,31 @@ def test_the_policy_is_kept_across_restores():
     it.close()
 
 
-def test_after_a_restore_the_caller_reads_the_chunk_it_asks_for(monkeypatch):
-    """The first chunk after a (re)start is read by the calling thread, as many elements as
-    ``next_chunk`` asks for (a worker skipping to a restored position asks for all it skips),
-    even while the policy reads ahead; reading ahead resumes after it (here at once: the caller's
-    further chunks after a restore are tested below)."""
-    monkeypatch.setattr(prefetch, "_RESTORE_INLINE_SECONDS", 0.0)
+def _restored_reading_ahead(n: int) -> tuple[Any, dict[int, str]]:
+    """An iterator over ``range(n)`` whose policy reads ahead, restored at position 20 after
+    reading there (partly in the pool), and the thread that reads each element from then on."""
     readers: dict[int, str] = {}
 
     def record(x):
         readers[x] = threading.current_thread().name
         return x
 
-    it = iter(grain.MapDataset.range(500).map(record).to_iter_dataset(grain.ReadOptions()))
+    it = iter(grain.MapDataset.range(n).map(record).to_iter_dataset(grain.ReadOptions()))
     _scripted(it, SCRIPTS["ahead"])
     assert [next(it) for _ in range(20)] == list(range(20))
-    state = it.get_state()
-    it.set_state(state)
+    assert any(name != threading.current_thread().name for name in readers.values())
+    it.set_state(it.get_state())
     readers.clear()
+    return it, readers
+
+
+def test_after_a_restore_the_caller_reads_the_chunk_it_asks_for(monkeypatch):
+    """The first chunk after a (re)start is read by the calling thread, as many elements as
+    ``next_chunk`` asks for (a worker skipping to a restored position asks for all it skips),
+    even while the policy reads ahead; reading ahead resumes after it (here at once: the caller's
+    further chunks after a restore are tested below)."""
+    monkeypatch.setattr(prefetch, "_RESTORE_INLINE_SECONDS", 0.0)
+    it, readers = _restored_reading_ahead(500)
     assert it.next_chunk(7) == list(range(20, 27))
     main = threading.current_thread().name
     assert [readers[i] for i in range(20, 27)] == [main] * 7
@@ -601,18 +609,7 @@ def test_after_a_restore_the_caller_reads_chunks_until_they_took_long_enough(
     ``_RESTORE_INLINE_SECONDS`` (no threads computing elements a restore soon after would drop);
     a fresh iterator reads only its first chunk so. Reading (and the state) stays exact."""
     monkeypatch.setattr(prefetch, "_RESTORE_INLINE_SECONDS", inline_seconds)
-    readers: dict[int, str] = {}
-
-    def record(x):
-        readers[x] = threading.current_thread().name
-        return x
-
-    it = iter(grain.MapDataset.range(300).map(record).to_iter_dataset(grain.ReadOptions()))
-    _scripted(it, SCRIPTS["ahead"])
-    assert [next(it) for _ in range(20)] == list(range(20))
-    assert any(name != threading.current_thread().name for name in readers.values())
-    it.set_state(it.get_state())
-    readers.clear()
+    it, readers = _restored_reading_ahead(300)
     assert list(it) == list(range(20, 300))
     in_caller = [readers[i] == threading.current_thread().name for i in range(20, 300)]
     assert all(in_caller) == (inline_seconds > 0)

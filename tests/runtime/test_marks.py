@@ -3,7 +3,9 @@ few elements skipped (``api.Mark``, ``Elements.position_after``)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 import pytest
 from runtime_helpers import HeldEndpoint
@@ -58,42 +60,52 @@ def _loop(every: int, buffer: int) -> tuple[api.WorkerLoop, HeldEndpoint]:
     return loop, ep
 
 
-@pytest.mark.parametrize("every", [1, 3])
-def test_every_position_inside_a_message_restores_from_a_mark_exactly(every):
-    loop, ep = _loop(every, buffer=40)
+@contextlib.contextmanager
+def _running(loop: api.WorkerLoop, ep: HeldEndpoint) -> Iterator[None]:
+    """The loop in a thread, past its template and waiting for a command; stopped afterwards."""
     thread = threading.Thread(target=loop.run, daemon=True)
     ep.waiting.clear()
     thread.start()
     try:
         assert ep.waiting.wait(60)
-        ep.command(api.Start(0, None, 0))
-        messages = [m for m in ep.sent if isinstance(m, Elements)]
-        assert sum(len(m.elements) for m in messages) == 41
-        long = max(messages, key=lambda m: len(m.elements))
-        assert len(long.elements) > every
-        assert [m.offset for m in long.marks] == list(range(every, len(long.elements), every))
-        with worker_share(0, 1):  # the worker's own iterator: its share of one
-            check = iter(_dataset())
-        for n in range(len(long.elements)):
-            pos = long.position_after(n)
-            assert pos.skip == (n % every if n >= every else long.skip + n)
-            check.set_state(pos.state)
-            for _ in range(pos.skip):
-                next(check)
-            assert next(check) == long.elements[n]
+        yield
     finally:
         ep.commands.put(api.Stop())
         thread.join(60)
     assert not thread.is_alive()
 
 
+@pytest.mark.parametrize("every", [1, 3])
+def test_every_position_inside_a_message_restores_from_a_mark_exactly(every):
+    loop, ep = _loop(every, buffer=40)
+    with _running(loop, ep):
+        ep.command(api.Start(0, None, 0))
+        messages = [m for m in ep.sent if isinstance(m, Elements)]
+        assert sum(len(m.elements) for m in messages) == 41
+        long = max(messages, key=lambda m: len(m.elements))
+        assert len(long.elements) > every
+        # A mark every `every` elements (a message cut by the flusher goes on from its last one).
+        offsets = [m.offset for m in long.marks]
+        assert offsets and 0 < offsets[0] <= every
+        assert all(b - a == every for a, b in zip(offsets, offsets[1:]))
+        assert len(long.elements) - offsets[-1] <= every
+        with worker_share(0, 1):  # the worker's own iterator: its share of one
+            check = iter(_dataset())
+        for n in range(len(long.elements)):
+            pos = long.position_after(n)
+            if n < offsets[0]:
+                assert pos == (long.state, long.skip + n)
+            else:
+                assert pos.skip < every
+            check.set_state(pos.state)
+            for _ in range(pos.skip):
+                next(check)
+            assert next(check) == long.elements[n]
+
+
 def test_a_restart_reads_the_skipped_elements_with_the_first_one_after_them():
     loop, ep = _loop(1, buffer=1)
-    thread = threading.Thread(target=loop.run, daemon=True)
-    ep.waiting.clear()
-    thread.start()
-    try:
-        assert ep.waiting.wait(60)
+    with _running(loop, ep):
         state = loop.initial
         ep.command(api.Start(1, state, 7))
         first = next(m for m in ep.sent if isinstance(m, Elements) and m.generation == 1)
@@ -102,10 +114,6 @@ def test_a_restart_reads_the_skipped_elements_with_the_first_one_after_them():
         assert (first.state, first.skip, first.elements[0]) == (state, 7, 21)
         got = [x for m in ep.sent if isinstance(m, Elements) and m.generation == 1 for x in m.elements]
         assert got == [3 * i for i in range(7, 7 + len(got))]
-    finally:
-        ep.commands.put(api.Stop())
-        thread.join(60)
-    assert not thread.is_alive()
 
 
 def test_mark_spacing_keeps_marks_cheap_and_replays_short():
