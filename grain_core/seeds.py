@@ -270,7 +270,7 @@ class IndexShuffle:
         """One pass of the cipher over a uint64 array (:meth:`_walk_int` is the same on one int).
         Words of up to 16 bits (indices below 2**32) look the round function up in a table."""
         w = self._half
-        mask, one, two, eight, ww = (np.uint64(v) for v in ((1 << w) - 1, 1, 2, 8, w))
+        mask, ww = np.uint64((1 << w) - 1), np.uint64(w)
         if w <= _TABLE_WORD_BITS:
             f = _round_table(w)
             lw = ((x >> ww) & mask).astype(np.int64)
@@ -284,6 +284,7 @@ class IndexShuffle:
             lw <<= w
             lw |= rw
             return lw.astype(np.uint64)
+        one, two, eight = np.uint64(1), np.uint64(2), np.uint64(8)
         keys = [np.uint64(k) for k in self._int_keys]
 
         def rotl(v, r):

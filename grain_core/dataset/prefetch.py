@@ -469,7 +469,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not self._policy.read_ahead:
             self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:
-            self._cold_left -= _SLOW_MIN_SECONDS if waited is None else waited
+            # a failed read (time unknown) ends the caller's reading
+            self._cold_left = 0.0 if waited is None else self._cold_left - waited
             if self._cold_left <= 0:
                 self._cold = False  # the pool starts at the next chunk, after this one is handed out
         elif self._policy.read_ahead:

@@ -850,7 +850,9 @@ def next_or_rollback(it: Any) -> Any:
 class _Worker(NamedTuple):
     """The consumer's view of one worker; replaced as a whole, never changed in place."""
 
-    state: Any = None  # the position a restore gave (while no element was returned since) ...
+    # The position after the elements returned, while ``last`` is None (after a restore, or when
+    # the latest element returned ended its message) ...
+    state: Any = None
     skip: int = 0
     exhausted: bool = False  # every element returned and End received
     ended: bool = False  # End received (elements may still be buffered)
@@ -859,8 +861,10 @@ class _Worker(NamedTuple):
     consumed: int = 0  # elements returned in this generation (the Consumed count)
     seq: int = 0  # the last message applied
     failure: Failure | None = None
-    last: Elements | None = None  # the message of the latest element returned ...
-    taken: int = 0  # ... and how many of its elements were returned
+    # ... else the message of the latest element returned (still buffered: holding it keeps no
+    # element alive) and how many of its elements were returned.
+    last: Elements | None = None
+    taken: int = 0
 
     def position(self) -> Position:
         """The position after the elements returned."""
@@ -991,9 +995,14 @@ class RoundRobinConsumer(DatasetIterator):
                 if offset == size:
                     rest, offset = rest[1:], 0
                 consumed = w.consumed + 1
+                if offset:
+                    st, sk, last, taken = None, 0, msg, offset
+                else:  # returned wholly: keep its end position, not its elements
+                    end = msg.position_after(size)
+                    st, sk, last, taken = end.state, end.skip, None, 0
                 nw = _Worker(
-                    None,
-                    0,
+                    st,
+                    sk,
                     w.ended and not rest,
                     w.ended,
                     rest,
@@ -1001,8 +1010,8 @@ class RoundRobinConsumer(DatasetIterator):
                     consumed,
                     w.seq,
                     w.failure,
-                    msg,
-                    w.offset + 1,
+                    last,
+                    taken,
                 )
                 ws = cur.workers
                 new = _Cursor(
@@ -1091,9 +1100,14 @@ class RoundRobinConsumer(DatasetIterator):
             msg, o = lt
             rest = tuple(queues[j])
             consumed = w.consumed + took[j]
+            if o + 1 < len(msg.elements):
+                st, sk, last_msg, taken = None, 0, msg, o + 1
+            else:  # returned wholly: keep its end position, not its elements
+                end = msg.position_after(o + 1)
+                st, sk, last_msg, taken = end.state, end.skip, None, 0
             new_ws[j] = _Worker(
-                None,
-                0,
+                st,
+                sk,
                 exhausted[j] or (w.ended and not rest),
                 w.ended,
                 rest,
@@ -1101,8 +1115,8 @@ class RoundRobinConsumer(DatasetIterator):
                 consumed,
                 w.seq,
                 w.failure,
-                msg,
-                o + 1,
+                last_msg,
+                taken,
             )
             if (
                 len(rest) < len(w.buffered)  # a message returned wholly

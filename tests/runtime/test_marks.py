@@ -4,9 +4,12 @@ few elements skipped (``api.Mark``, ``Elements.position_after``)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from runtime_helpers import HeldEndpoint
 
@@ -146,3 +149,28 @@ def test_states_inside_long_messages_restore_exactly_through_workers():
         with iter(ds) as it:
             it.set_state(state)
             assert list(it) == out[k:]
+
+
+def test_a_message_returned_wholly_is_not_kept_for_the_state():
+    """The consumer resolves the position after a wholly returned message at once, so it keeps
+    no reference to that message's elements once the user drops them; states stay exact."""
+    n = 40
+    ds = (
+        grain.MapDataset.range(n)
+        .map(lambda x: np.full((1000,), x))
+        .to_iter_dataset(grain.ReadOptions(num_threads=0))
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=2, per_worker_buffer_size=4))
+    )
+    with iter(ds) as it:
+        refs = [weakref.ref(next(it)) for _ in range(n)]
+        with pytest.raises(StopIteration):
+            next(it)
+        state = it.get_state()
+        gc.collect()
+        # Worker 0's last message was returned wholly, so all its elements are freed. (Worker 1's
+        # last message, which holds the last element, is kept by the rollback mark: the view
+        # before that element.)
+        assert [r() is None for r in refs[0::2]] == [True] * (n // 2)
+    with iter(ds) as it2:
+        it2.set_state(state)
+        assert list(it2) == []
