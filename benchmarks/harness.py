@@ -4,12 +4,18 @@ A benchmark module ``benchmarks/bench_<topic>.py`` defines ``WORKLOADS: list[Wor
 workload builds the same pipeline with either library (``build(lib)`` gets the ``grain_core`` module
 or the ``grain`` module) and is timed in this process, one after the other, on the same data.
 ``references`` time raw-library limits (e.g. the ArrayRecord reader's own batched read) for context.
+
+Every rate is the median of up to :data:`PASSES` passes, taken in rounds (grain_core, grain, then
+each reference, then again), so a pass slowed down by something else on a shared machine neither
+makes nor breaks a ratio. A side stops repeating once its passes have taken
+:data:`REPEAT_SECONDS` (a slow grain row runs once). The rows keep every pass's rate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import statistics
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -45,6 +51,12 @@ class Workload:
     compare: bool = True
 
 
+#: At most this many passes per library and reference; the row reports their median rate.
+PASSES = 3
+#: ... and no further pass once a side's passes have taken this long in all.
+REPEAT_SECONDS = 5.0
+
+
 def measure(make: Callable[[], Iterable[Any]], count: Callable[[Any], int], max_seconds: float) -> float:
     """Returns items counted per second over one pass of ``make()`` (capped at ``max_seconds``)."""
     gc.collect()
@@ -63,27 +75,49 @@ def measure(make: Callable[[], Iterable[Any]], count: Callable[[Any], int], max_
     return total / (time.perf_counter() - start)
 
 
+def _timed_reference(fn: Callable[..., int], args: tuple[Any, ...]) -> float:
+    t0 = time.perf_counter()
+    n = fn(*args)
+    return n / (time.perf_counter() - t0)
+
+
 def run_workloads(workloads: list[Workload], ours: Any, theirs: Any | None) -> list[dict[str, Any]]:
-    """Times every workload on both libraries and returns one result dict per workload."""
+    """Times every workload on both libraries and returns one result dict per workload: the median
+    rates (``grain_core``, ``grain``, each reference), their ``ratio`` and every pass's rate
+    (``passes``)."""
     rows = []
     for w in workloads:
         data = w.setup() if w.setup else None
         args = () if data is None else (data,)
-        ours_rate = measure(lambda w=w, a=args: w.build(ours, *a), w.count, w.max_seconds)
-        theirs_rate = None
+        sides: dict[str, Callable[[], float]] = {
+            "grain_core": lambda w=w, a=args: measure(lambda: w.build(ours, *a), w.count, w.max_seconds)
+        }
         if theirs is not None and w.compare:
             builder = w.build_theirs or w.build
-            try:
-                theirs_rate = measure(
-                    lambda b=builder, a=args: b(theirs, *a), w.count, w.max_seconds
-                )
-            except Exception as e:  # grain lacking a feature is reported, not fatal
-                print(f"  [{w.name}] grain failed: {type(e).__name__}: {e}")
-        refs = {}
+            sides["grain"] = lambda b=builder, w=w, a=args: measure(
+                lambda: b(theirs, *a), w.count, w.max_seconds
+            )
         for label, fn in w.references.items():
-            t0 = time.perf_counter()
-            n = fn(*args)
-            refs[label] = n / (time.perf_counter() - t0)
+            sides[label] = lambda fn=fn, a=args: _timed_reference(fn, a)
+        passes: dict[str, list[float]] = {k: [] for k in sides}
+        spent = dict.fromkeys(sides, 0.0)
+        for _ in range(PASSES):
+            for side, run in sides.items():
+                if spent[side] >= REPEAT_SECONDS and passes[side] or spent[side] == float("inf"):
+                    continue
+                t0 = time.perf_counter()
+                try:
+                    passes[side].append(run())
+                except Exception as e:  # grain lacking a feature is reported, not fatal
+                    if side != "grain":
+                        raise
+                    print(f"  [{w.name}] grain failed: {type(e).__name__}: {e}")
+                    spent[side] = float("inf")  # not tried again
+                    continue
+                spent[side] += time.perf_counter() - t0
+        rates = {k: statistics.median(v) for k, v in passes.items() if v}
+        ours_rate = rates.pop("grain_core")
+        theirs_rate = rates.pop("grain", None)
         row = {
             "workload": w.name,
             "unit": w.unit,
@@ -91,7 +125,8 @@ def run_workloads(workloads: list[Workload], ours: Any, theirs: Any | None) -> l
             "grain": theirs_rate,
             "ratio": ours_rate / theirs_rate if theirs_rate else None,
             "target": w.target,
-            "references": refs,
+            "references": rates,
+            "passes": passes,
         }
         print(format_row(row), flush=True)
         rows.append(row)
@@ -106,4 +141,13 @@ def format_row(row: dict[str, Any]) -> str:
     floor = row["references"].get("python floor")
     if floor:
         refs += f" (grain_core at {row['grain_core'] / floor:.0%} of it)"
-    return f"{row['workload']:<60} {row['grain_core']:>12,.0f} {theirs} {ratio}{target} {row['unit']}/s{refs}"
+    spread = "; ".join(
+        f"{side} {min(rates):,.0f}-{max(rates):,.0f}"
+        for side, rates in row.get("passes", {}).items()
+        if len(rates) > 1
+    )
+    spread = f"  [medians of passes; {spread}]" if spread else ""
+    return (
+        f"{row['workload']:<60} {row['grain_core']:>12,.0f} {theirs} {ratio}{target} "
+        f"{row['unit']}/s{refs}{spread}"
+    )
