@@ -414,25 +414,58 @@ def _round_table(w: int) -> np.ndarray:
     return table
 
 
-_F8 = _round_table(8).astype(np.uint8)  # on 8-bit words, for the uint8 passes below
+def _double_round_16() -> np.ndarray:
+    """Two Feistel half-rounds with zero keys on every 16-bit value ``v = (L << 8) | R``:
+    ``L ^= F(R)``, then ``R ^= F(L)`` (``F``: Simon's round function on 8-bit words); a
+    ``(256, 256)`` int64 table indexed ``[L, R]``, read-only.
+
+    Round keys only xor a half, so the double round with keys ``(a, b)`` is
+    ``A[v ^ (a << 8)] ^ b``: the whole 16-bit cipher is a few lookups in this one table.
+    """
+    f = _round_table(8)
+    v = np.arange(1 << 16, dtype=np.int64)
+    left = (v >> 8) ^ f[v & 0xFF]
+    table = (left << 8) | ((v & 0xFF) ^ f[left])
+    table = table.reshape(256, 256)
+    table.flags.writeable = False
+    return table
+
+
+_DOUBLE_ROUND_16 = _double_round_16()
+_DOUBLE_ROUND_16_FLAT = _DOUBLE_ROUND_16.reshape(-1)
+_HIGH_BYTES = np.arange(256, dtype=np.intp)
+
+
+def _encrypt_domain_16(key_bytes: Sequence[int], out: np.ndarray, scratch: np.ndarray, tag: int = 0) -> None:
+    """Writes the 16-bit-block cipher of every value ``0..65535`` (round keys ``key_bytes``, one
+    byte each, an even number) into ``out``, xored with ``tag`` (bits above the 16 of a value:
+    e.g. a table number). ``out`` and ``scratch`` are int64 arrays of 65,536 entries.
+
+    The first double round permutes the table's rows (its key xors the high byte of every value
+    of the domain); each further one is one gather, its first key folded into the previous
+    round's second.
+    """
+    k = key_bytes
+    cur, other = scratch, out
+    np.take(_DOUBLE_ROUND_16, _HIGH_BYTES ^ k[0], axis=0, out=cur.reshape(256, 256), mode="wrap")
+    for i in range(2, len(k), 2):
+        cur ^= k[i - 1] | (k[i] << 8)
+        np.take(_DOUBLE_ROUND_16_FLAT, cur, out=other, mode="wrap")
+        cur, other = other, cur
+    np.bitwise_xor(cur, k[-1] | tag, out=out)
 
 
 @functools.lru_cache(maxsize=32)
 def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
     """The whole map of a 16-bit-block shuffle: every index's first landing in ``[0, max_index]``.
 
-    Encrypts the 65,536-value domain once (8-bit words, round function by table), then follows the
-    cipher's cycles by pointer doubling (``jump = jump[jump]`` for values still outside the range)
-    until every in-range start has landed.
+    Encrypts the 65,536-value domain once (:func:`_encrypt_domain_16`), then follows the cipher's
+    cycles by pointer doubling (``jump = jump[jump]`` for values still outside the range) until
+    every in-range start has landed.
     """
-    keys = [np.uint8(k & 0xFF) for k in _seed_seq_words(seed, rounds)]
-    domain = np.arange(1 << 16, dtype=np.uint32)
-    left = (domain >> 8).astype(np.uint8)
-    right = domain.astype(np.uint8)
-    for i in range(0, len(keys), 2):
-        left ^= _F8[right] ^ keys[i]
-        right ^= _F8[left] ^ keys[i + 1]
-    jump = (left.astype(np.int32) << 8) | right
+    keys = [k & 0xFF for k in _seed_seq_words(seed, rounds)]
+    jump = np.empty(1 << 16, np.int64)
+    _encrypt_domain_16(keys, jump, np.empty(1 << 16, np.int64))
     limit = min(max_index, (1 << 16) - 1)
     active = np.flatnonzero(jump > limit)
     while (jump[: limit + 1] > limit).any():
@@ -447,16 +480,7 @@ def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
 
 _WALK_MIN_SIZE = 256  # below this many indices per table, pointer doubling beats walking
 _WALK_MAX_SIZE = 16384  # above it, one cached table per seed is cheaper (walks are short anyway)
-_WALK_TABLES = 8  # tables encrypted and walked together: 8 x 512 KiB of cipher values stay in cache
-
-_BYTES_1 = np.uint64(0x0101010101010101)  # the low bit of each byte of a packed word
-_BYTES_LOW2 = np.uint64(0x0303030303030303)
-_BYTES_HIGH7 = np.uint64(0xFEFEFEFEFEFEFEFE)
-_BYTES_HIGH6 = np.uint64(0xFCFCFCFCFCFCFCFC)
-_U1, _U2, _U6, _U7 = (np.uint64(v) for v in (1, 2, 6, 7))
-_DOMAIN = np.arange(1 << 16, dtype=np.uint32)
-_DOMAIN_LEFT = (_DOMAIN >> 8).astype(np.uint8).view(np.uint64)  # each value's high byte, packed
-_DOMAIN_RIGHT = _DOMAIN.astype(np.uint8).view(np.uint64)  # each value's low byte, packed
+_WALK_TABLES = 8  # tables walked together: 8 x 512 KiB of step table stay in cache
 
 
 def shuffle_tables(
@@ -467,10 +491,10 @@ def shuffle_tables(
     seeds[r], rounds)(np.arange(max_index + 1))``.
 
     Many seeds at once is much cheaper than one table per seed where ``max_index`` uses a 16-bit
-    block (``max_index <= 65536``, e.g. window shuffles): the cipher runs over eight tables in
-    one vectorised pass and every index walks its cipher cycle until it lands in range, all those
-    tables in the same numpy calls (for 256 to 16,384 indices; other sizes use
-    :class:`IndexShuffle` per seed). Memory: the result plus about 6 MiB of working buffers.
+    block (``max_index <= 65536``, e.g. window shuffles): every index walks its cipher cycle until
+    it lands in range, eight tables in the same numpy calls (for 256 to 16,384 indices; other
+    sizes use :class:`IndexShuffle` per seed). Memory: the result plus about 5 MiB of working
+    buffers.
     """
     max_index = operator.index(max_index)
     seeds = [validate_seed(x) for x in seeds]
@@ -484,77 +508,28 @@ def shuffle_tables(
     return _walk_tables(max_index, seeds, rounds)
 
 
-def _simon_f8_packed(x: np.ndarray, out: np.ndarray, tmp: np.ndarray) -> np.ndarray:
-    """Simon's round function on every byte of the uint64 words ``x`` (8 bytes per word):
-    ``(rotl(b, 1) & b) ^ rotl(b, 2)`` (``rotl(b, 8)`` of an 8-bit word is ``b``), written into
-    ``out`` (``tmp`` is scratch of the same shape). In place: fresh temporaries of these sizes
-    cost more in page faults than the arithmetic."""
-    np.left_shift(x, _U1, out=out)
-    out &= _BYTES_HIGH7
-    np.right_shift(x, _U7, out=tmp)
-    tmp &= _BYTES_1
-    out |= tmp
-    out &= x
-    np.left_shift(x, _U2, out=tmp)  # rotl(b, 2) in two disjoint parts, each xored in
-    tmp &= _BYTES_HIGH6
-    out ^= tmp
-    np.right_shift(x, _U6, out=tmp)
-    tmp &= _BYTES_LOW2
-    out ^= tmp
-    return out
-
-
-def _round1_left() -> np.ndarray:
-    out, tmp = np.empty_like(_DOMAIN_RIGHT), np.empty_like(_DOMAIN_RIGHT)
-    return _DOMAIN_LEFT ^ _simon_f8_packed(_DOMAIN_RIGHT, out, tmp)
-
-
-# Round 1's left half before its key: the same for every seed (the right half is the domain's).
-_DOMAIN_LEFT_ROUND1 = _round1_left()
-
-
 def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarray:
-    """:func:`shuffle_tables` for 16-bit blocks: encrypt all 65,536 values of every table (8-bit
-    Feistel halves, eight per uint64 word), then walk each in-range start's cycle until it lands
-    in range.
+    """:func:`shuffle_tables` for 16-bit blocks: encrypt all 65,536 values of every table, then
+    walk each in-range start's cycle until it lands in range.
 
     Seeds go in groups of ``_WALK_TABLES`` through buffers allocated once per call and reused
-    (about 6 MiB for a group of 8: the cipher halves, two scratch words, the step table); every
-    operation writes in place. The step table holds *global* positions (table number times
-    65,536 plus the value, built byte by byte: value bytes, then the table number), so a walk step
-    is one gather over the group; in-range values map to themselves, so a landed walk stays put.
+    (about 4.5 MiB for a group of 8: the step tables and one scratch table). The step table holds
+    *global* positions (table number times 65,536 plus the value), so a walk step is one gather
+    over the group; in-range values map to themselves, so a landed walk stays put.
     """
     n = max_index + 1
     count = len(seeds)
     group = min(_WALK_TABLES, count)
-    words = _DOMAIN_LEFT.size
-    left = np.empty((group, words), np.uint64)
-    right = np.empty((group, words), np.uint64)
-    f = np.empty((group, words), np.uint64)
-    tmp = np.empty((group, words), np.uint64)
-    jump = np.zeros((group, 1 << 16), np.int64)
-    jump_bytes = jump.view(np.uint8).reshape(group, 1 << 16, 8)
-    jump_bytes[:, :, 2] = np.arange(group, dtype=np.uint8)[:, None]  # the table number
+    jump = np.empty((group, 1 << 16), np.int64)
+    scratch = np.empty(1 << 16, np.int64)
     base = (np.arange(group, dtype=np.int64) << 16)[:, None]
     fixed = base + np.arange(n, dtype=np.int64)  # in-range values: themselves
     out = np.empty((count, n), np.int64)
     for lo in range(0, count, group):
         w = min(group, count - lo)
-        keys = np.array(
-            [[k & 0xFF for k in _seed_seq_words(x, rounds)] for x in seeds[lo : lo + w]], np.uint64
-        )
-        keys *= _BYTES_1  # each key byte repeated over a word
-        lw, rw, fw, tw = left[:w], right[:w], f[:w], tmp[:w]
-        np.bitwise_xor(_DOMAIN_LEFT_ROUND1, keys[:, 0:1], out=lw)  # round 1's left half
-        rw[:] = _DOMAIN_RIGHT
-        for i in range(0, rounds, 2):
-            if i:
-                lw ^= _simon_f8_packed(rw, fw, tw)
-                lw ^= keys[:, i : i + 1]
-            rw ^= _simon_f8_packed(lw, fw, tw)
-            rw ^= keys[:, i + 1 : i + 2]
-        jump_bytes[:w, :, 0] = rw.view(np.uint8).reshape(w, 1 << 16)
-        jump_bytes[:w, :, 1] = lw.view(np.uint8).reshape(w, 1 << 16)
+        for t, seed in enumerate(seeds[lo : lo + w]):
+            keys = [k & 0xFF for k in _seed_seq_words(seed, rounds)]
+            _encrypt_domain_16(keys, jump[t], scratch, tag=t << 16)
         res = out[lo : lo + w]
         res[:] = jump[:w, :n]  # each in-range index's first cipher step
         jump[:w, :n] = fixed[:w]

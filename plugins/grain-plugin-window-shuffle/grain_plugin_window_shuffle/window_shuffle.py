@@ -253,11 +253,12 @@ class _WindowShuffleIterator(OneParentIterator):
 
     def __next__(self):
         pos = self._pos
-        buf = self._buf
-        if pos < len(buf):
-            self._pos = pos + 1
-            return buf[pos]
-        return self._next_window()
+        try:
+            x = self._buf[pos]
+        except IndexError:  # the window is all emitted (a try costs nothing when nothing raises)
+            return self._next_window()
+        self._pos = pos + 1
+        return x
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         """The rest of the buffered window, up to ``max_elements`` elements (a slice: no
