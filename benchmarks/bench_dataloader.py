@@ -8,10 +8,9 @@ array_record's ``ArrayRecordWriter``. grain_core reads them with ``grain_core.Ar
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
-from harness import Workload
+from harness import Workload, scratch_dir
 
 NUM_RECORDS = 50_000
 RECORD_BYTES = 1024
@@ -27,7 +26,7 @@ def _write_files() -> list[str]:
         return _DATA
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    directory = tempfile.mkdtemp(prefix="bench_dataloader_")
+    directory = str(scratch_dir("bench_dataloader_"))
     rng = np.random.default_rng(0)
     paths = []
     per_file = NUM_RECORDS // NUM_FILES

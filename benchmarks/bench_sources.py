@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 
 import numpy as np
-from harness import Workload
+from harness import Workload, scratch_dir
 
 AR_RECORDS = 100_000
 AR_FILES = 4
@@ -26,7 +25,7 @@ def _ar_setup():
         return _CACHE["ar"]
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    d = tempfile.mkdtemp(prefix="bench_ar_")
+    d = str(scratch_dir("bench_ar_"))
     rng = np.random.default_rng(0)
     payload = rng.integers(0, 256, size=1024 + AR_RECORDS, dtype=np.uint8).tobytes()
     paths, per = [], AR_RECORDS // AR_FILES
@@ -110,7 +109,7 @@ def _pq_setup():
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    d = tempfile.mkdtemp(prefix="bench_pq_")
+    d = str(scratch_dir("bench_pq_"))
     paths = []
     for f in range(PQ_FILES):
         ids = np.arange(f * PQ_ROWS, (f + 1) * PQ_ROWS, dtype=np.int64)

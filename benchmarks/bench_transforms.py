@@ -1,12 +1,10 @@
-"""Issue 5 workloads: FirstFit packing, WindowShuffleIterDataset and interleave over Parquet files."""
+"""Issue 5 workloads: FirstFit packing, window shuffles (an IterDataset's and a MapDataset's, read in
+order and in a shuffled order) and interleave over Parquet files."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import numpy as np
-from harness import Workload
+from harness import Workload, scratch_dir
 
 _DOCS = 50_000
 
@@ -33,11 +31,27 @@ def _window_shuffle(lib):
     )
 
 
+def _window_shuffle_map(lib):
+    return lib.experimental.WindowShuffleMapDataset(
+        lib.MapDataset.range(200_000), window_size=1000, seed=0
+    ).to_iter_dataset()
+
+
+def _window_shuffle_map_shuffled(lib):
+    # A global shuffle downstream reads the windows in random order: every element is in a
+    # different window from the one before.
+    return (
+        lib.experimental.WindowShuffleMapDataset(lib.MapDataset.range(20_000), window_size=1000, seed=0)
+        .shuffle(seed=1)
+        .to_iter_dataset()
+    )
+
+
 def _write_parquet():
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    root = Path(tempfile.mkdtemp(prefix="bench_transforms_"))
+    root = scratch_dir("bench_transforms_")
     files = []
     for f in range(8):
         n = 25_000
@@ -120,6 +134,16 @@ WORKLOADS = [
     Workload(
         "WindowShuffleIterDataset(window=1000) over range(200k)",
         _window_shuffle,
+        target=5,
+    ),
+    Workload(
+        "WindowShuffleMapDataset(window=1000) over range(200k), to_iter",
+        _window_shuffle_map,
+        target=5,
+    ),
+    Workload(
+        "WindowShuffleMapDataset(window=1000) over range(20k), then shuffle",
+        _window_shuffle_map_shuffled,
         target=5,
     ),
     Workload(

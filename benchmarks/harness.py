@@ -13,11 +13,15 @@ makes nor breaks a ratio. A side stops repeating once its passes have taken
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gc
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 
@@ -49,6 +53,13 @@ class Workload:
     setup: Callable[[], Any] | None = None
     max_seconds: float = 30.0
     compare: bool = True
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh temporary directory for a workload's input files, removed when the bench exits."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 #: At most this many passes per library and reference; the row reports their median rate.

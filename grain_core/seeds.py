@@ -242,6 +242,11 @@ def _check_rounds(rounds: Any) -> int:
 # At most this many indices are cycle-walked one by one on Python ints rather than as an array
 # (a numpy pass has a fixed cost of a few microseconds per operation, whatever the size).
 _SCALAR_WALK = 24
+# A 16-bit-block shuffle walks indices one by one (65,536 / (max_index + 1) cipher steps each on
+# average, ~0.2 us a step) until their expected steps reach this many, then maps through its whole
+# table (~1 ms to build): random access into many windows (a window shuffle read in a shuffled
+# order) does not build a table per element, and a shuffle asked for many indices builds it once.
+_STEPS_BEFORE_TABLE = 4096
 
 
 class IndexShuffle:
@@ -249,8 +254,9 @@ class IndexShuffle:
 
     ``shuffle(i)`` equals ``index_shuffle(i, max_index, seed, rounds)``; ``shuffle(array)`` maps an
     integer array elementwise. Memory is O(1) in ``max_index``: blocks of up to 16 bits (indices
-    below 65,537) are mapped through one cached table of at most 65,537 entries, larger ones by
-    cycle walking the cipher over the requested indices only.
+    below 65,537) walk their first few indices one by one, then map through one cached
+    table of at most 65,537 entries; larger ones cycle walk the cipher over the requested indices
+    only.
     """
 
     def __init__(self, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS):
@@ -265,6 +271,12 @@ class IndexShuffle:
         self._half = _block_bits(max_index) // 2 if max_index else 8
         self._keys = _seed_seq_words(self.seed, self.rounds)
         self._int_keys = tuple(k & ((1 << self._half) - 1) for k in self._keys)
+        # 16-bit blocks: each double round as (xor before the table lookup, xor after it)
+        self._key_pairs = tuple(
+            (self._int_keys[i] << 8, self._int_keys[i + 1]) for i in range(0, self.rounds, 2)
+        )
+        self._table: np.ndarray | None = None
+        self._walked = 0  # indices walked one by one before the table is built
 
     def _encrypt_array(self, x: np.ndarray) -> np.ndarray:
         """One pass of the cipher over a uint64 array (:meth:`_walk_int` is the same on one int).
@@ -328,8 +340,34 @@ class IndexShuffle:
         if self.max_index == 0:
             return 0
         if self._half == 8:
-            return int(_small_table(self.max_index, self.seed, self.rounds)[i])
+            table = self._small_map(1)
+            return self._walk_int16(i) if table is None else int(table[i])
         return self._walk_int(i)
+
+    def _small_map(self, count: int) -> np.ndarray | None:
+        """A 16-bit block's whole map, once the indices this shuffle has been asked for (``count``
+        more now) would take ``_STEPS_BEFORE_TABLE`` cipher steps to walk; None before (walk them
+        one by one)."""
+        if self._table is None:
+            self._walked += count
+            if self._walked * (1 << 16) < _STEPS_BEFORE_TABLE * (self.max_index + 1):
+                return None
+            self._table = _small_table(self.max_index, self.seed, self.rounds)
+        return self._table
+
+    def _walk_int16(self, x: int) -> int:
+        """Cycle-walks one index of a 16-bit block: a double round is a lookup in the shared
+        double-round table between two key xors (the top index of ``max_index == 2**16`` is
+        truncated to 16 bits, as in Grain)."""
+        table = _DOUBLE_ROUND_16_LIST
+        pairs = self._key_pairs
+        top = min(self.max_index, 0xFFFF)
+        x &= 0xFFFF
+        while True:
+            for before, after in pairs:
+                x = table[x ^ before] ^ after
+            if x <= top:
+                return x
 
     def _walk_int(self, x: int) -> int:
         """Cycle-walks one index on Python ints: encrypts ``x`` until it is in range."""
@@ -362,7 +400,10 @@ class IndexShuffle:
         if self.max_index == 0:
             return np.zeros(np.shape(indices), dtype=np.int64)
         if self._half == 8:
-            table = _small_table(self.max_index, self.seed, self.rounds)
+            table = self._small_map(flat.size)
+            if table is None:
+                walked = map(self._walk_int16, flat.tolist())
+                return np.fromiter(walked, np.int64, count=flat.size).reshape(np.shape(indices))
             return table[flat.astype(np.int64)].astype(np.int64).reshape(np.shape(indices))
         if flat.size <= _SCALAR_WALK:
             return np.fromiter(
@@ -433,6 +474,7 @@ def _double_round_16() -> np.ndarray:
 
 _DOUBLE_ROUND_16 = _double_round_16()
 _DOUBLE_ROUND_16_FLAT = _DOUBLE_ROUND_16.reshape(-1)
+_DOUBLE_ROUND_16_LIST = _DOUBLE_ROUND_16_FLAT.tolist()  # for walks on Python ints
 _HIGH_BYTES = np.arange(256, dtype=np.intp)
 
 
@@ -459,10 +501,13 @@ def _encrypt_domain_16(key_bytes: Sequence[int], out: np.ndarray, scratch: np.nd
 def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
     """The whole map of a 16-bit-block shuffle: every index's first landing in ``[0, max_index]``.
 
-    Encrypts the 65,536-value domain once (:func:`_encrypt_domain_16`), then follows the cipher's
-    cycles by pointer doubling (``jump = jump[jump]`` for values still outside the range) until
-    every in-range start has landed.
+    Sizes the walk suits (:func:`_walk_tables`) walk; the others encrypt the 65,536-value domain
+    once (:func:`_encrypt_domain_16`), then follow the cipher's cycles by pointer doubling
+    (``jump = jump[jump]`` for values still outside the range) until every in-range start has
+    landed.
     """
+    if _WALK_MIN_SIZE <= max_index + 1 <= _WALK_MAX_SIZE:
+        return _walk_tables(max_index, [seed], rounds)[0]
     keys = [k & 0xFF for k in _seed_seq_words(seed, rounds)]
     jump = np.empty(1 << 16, np.int64)
     _encrypt_domain_16(keys, jump, np.empty(1 << 16, np.int64))
@@ -478,8 +523,10 @@ def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
     return table.astype(np.int64)
 
 
-_WALK_MIN_SIZE = 256  # below this many indices per table, pointer doubling beats walking
-_WALK_MAX_SIZE = 16384  # above it, one cached table per seed is cheaper (walks are short anyway)
+# From this many indices per table up to the next, walking cycles beats pointer doubling (below,
+# walks of 65,536 / n steps on average are too long; above, pointer doubling needs few rounds).
+_WALK_MIN_SIZE = 32
+_WALK_MAX_SIZE = 32768
 _WALK_TABLES = 8  # tables walked together: 8 x 512 KiB of step table stay in cache
 
 
@@ -492,7 +539,7 @@ def shuffle_tables(
 
     Many seeds at once is much cheaper than one table per seed where ``max_index`` uses a 16-bit
     block (``max_index <= 65536``, e.g. window shuffles): every index walks its cipher cycle until
-    it lands in range, eight tables in the same numpy calls (for 256 to 16,384 indices; other
+    it lands in range, eight tables in the same numpy calls (for 32 to 32,768 indices; other
     sizes use :class:`IndexShuffle` per seed). Memory: the result plus about 5 MiB of working
     buffers.
     """

@@ -71,3 +71,21 @@ def test_table_cipher_equals_round_by_round_cipher(rounds):
         seeds._encrypt_domain_16(keys, out, scratch, tag=5 << 16)
         expected = seeds.IndexShuffle(65535, seed, rounds)._encrypt_array(domain).astype(np.int64)
         np.testing.assert_array_equal(out, expected | (5 << 16))
+
+
+@pytest.mark.parametrize("max_index", [1, 31, 999, 40_000, 65_535, 65_536])
+def test_walk_one_by_one_then_table(max_index):
+    # A 16-bit-block shuffle walks its first indices one by one (Python ints), then maps through
+    # its whole table once they would cost enough cipher steps: both give Grain's map.
+    table = seeds._small_table(max_index, 77, 4)
+    shuffle = seeds.IndexShuffle(max_index, 77)
+    first = [0, max_index, max_index // 2]
+    assert [shuffle(i) for i in first] == [int(table[i]) for i in first]
+    walked = shuffle._table is None
+    assert walked == (max_index >= 999)  # tiny ranges have long walks: the table comes at once
+    everything = np.arange(max_index + 1)
+    np.testing.assert_array_equal(shuffle(everything), table)
+    assert shuffle._table is not None
+    assert sorted(table.tolist()) == (
+        everything.tolist() if max_index < 65_536 else sorted([*range(65_536), int(table[0])])
+    )

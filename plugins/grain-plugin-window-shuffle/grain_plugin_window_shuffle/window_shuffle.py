@@ -28,6 +28,9 @@ from grain_core.validation import check_int
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
 
+#: Window permutations a ``WindowShuffleMapDataset`` keeps: this many indices over all of them
+#: (a permutation builds its table of ``window_size`` int64 entries once it is read enough).
+_MAX_CACHED_INDICES = 1 << 20
 #: Window orders computed at once by the iterator (after a start or restore: 1, 2, 4, ...).
 _MAX_BATCH = 32
 #: ... and at most this many order entries held at once (int64: 1 MiB).
@@ -72,7 +75,15 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         self._seed = self.resolve_seed(seed)
         self._n = len(parent)
         self._clip = bool(clip_last_window)
-        self._cache: tuple[int, int, _seeds.IndexShuffle] | None = None
+        # (epoch, window) -> its permutation, for random access over many windows (e.g. a global
+        # shuffle downstream). Emptied when full; plain dict steps, so threads may share it.
+        self._perms: dict[tuple[int, int], _seeds.IndexShuffle] = {}
+        self._max_perms = max(1, _MAX_CACHED_INDICES // self._window)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_perms"] = {}  # rebuilt where it is read (e.g. in a worker process)
+        return state
 
     def __len__(self) -> int:
         return self._n
@@ -87,9 +98,10 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         return f"WindowShuffleMapDataset(window_size={self._window}, seed={self._seed})"
 
     def _perm(self, epoch: int, window: int) -> _seeds.IndexShuffle:
-        c = self._cache
-        if c is not None and c[0] == epoch and c[1] == window:
-            return c[2]
+        perms = self._perms
+        perm = perms.get((epoch, window))
+        if perm is not None:
+            return perm
         if self._clip:
             start = window * self._window
             size = min(self._window, self._n - start)
@@ -97,7 +109,9 @@ class WindowShuffleMapDataset(OneParentMapDataset):
             perm = window_permutation(size, self._seed, epoch * nwin + window)
         else:
             perm = window_permutation(self._window, self._seed, window)
-        self._cache = (epoch, window, perm)
+        if len(perms) >= self._max_perms:
+            perms.clear()
+        perms[(epoch, window)] = perm
         return perm
 
     def element_at(self, index: int):

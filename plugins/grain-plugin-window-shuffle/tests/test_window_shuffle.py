@@ -242,3 +242,22 @@ def test_iter_real_interrupts_lose_nothing():
         iter(make()), packages=[grain, grain_plugin_window_shuffle], max_interrupts=40
     )
     assert out == expected
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_map_random_access_over_many_windows_equals_sequential_read(clip, monkeypatch):
+    # Random access keeps one permutation per window read, up to a bound on the indices they
+    # cover; past it the kept ones are dropped and rebuilt. Every path gives the same elements.
+    from grain_plugin_window_shuffle import window_shuffle
+
+    monkeypatch.setattr(window_shuffle, "_MAX_CACHED_INDICES", 3 * 100)
+    ds = grain.experimental.WindowShuffleMapDataset(
+        grain.MapDataset.range(2_000), window_size=100, seed=5, clip_last_window=clip
+    )
+    sequential = ds.__getitems__(list(range(4_000)))  # two epochs
+    order = np.random.default_rng(0).permutation(4_000).tolist()
+    assert [ds[i] for i in order] == [sequential[i] for i in order]
+    assert 0 < len(ds._perms) <= 3
+    assert ds.shuffle(seed=1).__getitems__(list(range(2_000))) == [
+        sequential[i] for i in grain.MapDataset.range(2_000).shuffle(seed=1)
+    ]
