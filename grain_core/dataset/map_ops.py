@@ -75,11 +75,14 @@ class SourceMapDataset(MapDataset):
             if len(indices):
                 raise self._empty()
             return []
-        idx = _index_array(indices) % self._len
+        if type(indices) is range and indices.step == 1 and 0 <= indices.start <= indices.stop <= self._len:
+            keys = list(indices)  # consecutive and in range (to_iter_dataset's reads): no modulo
+        else:
+            keys = (_index_array(indices) % self._len).tolist()
         if self._bulk is not None:
-            return list(self._bulk(idx.tolist()))
+            return list(self._bulk(keys))
         src = self._source
-        return [src[i] for i in idx.tolist()]
+        return [src[i] for i in keys]
 
     def __str__(self) -> str:
         return f"SourceMapDataset({source_identity(self._source)})"
