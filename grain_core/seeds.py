@@ -344,6 +344,11 @@ class IndexShuffle:
             return self._walk_int16(i) if table is None else int(table[i])
         return self._walk_int(i)
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_table"], state["_walked"] = None, 0  # derived data: rebuilt where it is used
+        return state
+
     def _small_map(self, count: int) -> np.ndarray | None:
         """A 16-bit block's whole map, once the indices this shuffle has been asked for (``count``
         more now) would take ``_STEPS_BEFORE_TABLE`` cipher steps to walk; None before (walk them

@@ -601,3 +601,27 @@ def test_batched_filter_states_and_calls_match_element_wise_reading(seed):
         assert it.get_state() == ref.get_state()
     assert sorted(calls) == sorted(ref_calls)
     assert len(calls) == len(set(calls))
+
+
+def test_sources_get_lists_of_in_range_ints():
+    # As in Grain, a source's bulk read gets a list of Python ints in [0, len): consecutive reads
+    # by to_iter_dataset hand over list(range(...)), other reads the indices modulo the length.
+    got: list[object] = []
+
+    class Recording:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return i
+
+        def __getitems__(self, keys):
+            got.append(keys)
+            return list(keys)
+
+    ds = grain.MapDataset.source(Recording())
+    assert list(ds.to_iter_dataset(SYNC)) == list(range(10))
+    assert ds.__getitems__(range(8, 13)) == [8, 9, 0, 1, 2]
+    assert ds.__getitems__([3, 11, -1]) == [3, 1, 9]
+    assert all(type(keys) is list and all(type(k) is int for k in keys) for keys in got)
+    assert [k for keys in got[:-2] for k in keys] == list(range(10))

@@ -89,3 +89,19 @@ def test_walk_one_by_one_then_table(max_index):
     assert sorted(table.tolist()) == (
         everything.tolist() if max_index < 65_536 else sorted([*range(65_536), int(table[0])])
     )
+
+
+def test_pickled_shuffle_leaves_its_table_behind():
+    # A dataset holding a shuffle is pickled to every worker process: the table (up to 512 KiB)
+    # is derived data, rebuilt where it is used.
+    import pickle
+
+    shuffle = seeds.IndexShuffle(40_000, 3)
+    everything = np.arange(40_001)
+    expected = shuffle(everything)
+    assert shuffle._table is not None
+    data = pickle.dumps(shuffle)
+    assert len(data) < 4096
+    copy = pickle.loads(data)
+    assert copy._table is None
+    np.testing.assert_array_equal(copy(everything), expected)
