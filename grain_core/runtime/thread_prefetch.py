@@ -97,6 +97,15 @@ class _Producer:
             self.thread.start()
 
     def run(self) -> None:
+        try:
+            self._produce()
+        except BaseException as e:  # a bug here must reach the consumer, not end the thread silently
+            if not self.stop_flag:
+                self.seq += 1
+                self.buffer.append((self.seq, "err", e, None))
+                _wake(self.has_data)
+
+    def _produce(self) -> None:
         parent, buf = self.parent, self.buffer
         while True:
             while self.occupied() >= self.size and not self.stop_flag:
@@ -119,10 +128,17 @@ class _Producer:
                 return
 
     def occupied(self) -> int:
+        """Buffered items not returned yet. Called by the producer while the consumer may remove
+        the head at any moment: never less than the true count when it returns (``last`` is read
+        first and only grows, the consumer only removes items), so the buffer bound holds."""
         buf = self.buffer
+        returned = self.last[0]
         n = len(buf)
-        if n and buf[0][0] <= self.last[0]:
-            n -= 1
+        try:
+            if n and buf[0][0] <= returned:
+                n -= 1
+        except IndexError:  # the consumer removed the head between len() and [0]
+            n = len(buf)
         return n
 
     def head(self) -> tuple[int, str, Any, Any]:

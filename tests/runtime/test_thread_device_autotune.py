@@ -68,6 +68,53 @@ def test_thread_prefetch_buffer_is_bounded_and_errors_surface():
     assert list(experimental.ThreadPrefetchIterDataset(plain, 0)) == list(range(5))
 
 
+def test_thread_prefetch_producer_survives_the_consumer_removing_the_head():
+    # The producer counts its buffer while the consumer may remove the head between the two
+    # reads (seen in a Ray worker under load: the thread died on an IndexError and the consumer
+    # reported "thread prefetch stopped unexpectedly"). Here the removal happens right after
+    # len() on every count.
+    import collections
+
+    from grain_core.runtime.thread_prefetch import _Producer
+
+    class RemovedAfterLen(collections.deque):
+        def __len__(self):
+            n = super().__len__()
+            if n:
+                self.popleft()
+            return n
+
+    p = _Producer(iter(grain.MapDataset.range(3).to_iter_dataset()), 2)
+    p.buffer = RemovedAfterLen([(1, "x", 0, None)])
+    p.last = (1, None)  # the head was returned: removed by the consumer meanwhile
+    assert p.occupied() == 0
+    p.buffer = RemovedAfterLen([(2, "x", 1, None), (3, "x", 2, None)])
+    assert p.occupied() == 2  # never less than what is really buffered: the bound holds
+
+
+def test_thread_prefetch_producer_error_reaches_the_consumer():
+    # Whatever ends the producer thread other than close() or set_state reaches next() as an
+    # error at that position, instead of "thread prefetch stopped unexpectedly".
+    from grain_core.runtime.thread_prefetch import _Producer
+
+    ds = experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(5).to_iter_dataset(), 2)
+    it = iter(ds)
+    assert next(it) == 0
+
+    def broken(self):
+        raise IndexError("a bug in the producer")
+
+    original = _Producer.occupied
+    _Producer.occupied = broken
+    try:
+        it.set_state(it.get_state())  # restarts the thread on the next call
+        with pytest.raises(IndexError, match="a bug in the producer"):
+            next(it)
+    finally:
+        _Producer.occupied = original
+        it.close()
+
+
 def test_thread_prefetch_garbage_collected():
     import gc
 
