@@ -129,8 +129,9 @@ class _Producer:
 
     def occupied(self) -> int:
         """Buffered items not returned yet. Called by the producer while the consumer may remove
-        the head at any moment: never less than the true count when it returns (``last`` is read
-        first and only grows, the consumer only removes items), so the buffer bound holds."""
+        the head at any moment: ``last`` is read first, and the consumer only removes items, so
+        the count is never less than the true one when it returns and the buffer bound holds
+        (``last`` moves back only when an interrupted ``next()`` is rolled back)."""
         buf = self.buffer
         returned = self.last[0]
         n = len(buf)
