@@ -92,27 +92,22 @@ def test_thread_prefetch_producer_survives_the_consumer_removing_the_head():
     assert p.occupied() == 2  # never less than what is really buffered: the bound holds
 
 
-def test_thread_prefetch_producer_error_reaches_the_consumer():
+def test_thread_prefetch_producer_error_reaches_the_consumer(monkeypatch):
     # Whatever ends the producer thread other than close() or set_state reaches next() as an
     # error at that position, instead of "thread prefetch stopped unexpectedly".
     from grain_core.runtime.thread_prefetch import _Producer
 
     ds = experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(5).to_iter_dataset(), 2)
-    it = iter(ds)
-    assert next(it) == 0
+    with iter(ds) as it:
+        assert next(it) == 0
 
-    def broken(self):
-        raise IndexError("a bug in the producer")
+        def broken(self):
+            raise IndexError("a bug in the producer")
 
-    original = _Producer.occupied
-    _Producer.occupied = broken
-    try:
+        monkeypatch.setattr(_Producer, "occupied", broken)
         it.set_state(it.get_state())  # restarts the thread on the next call
         with pytest.raises(IndexError, match="a bug in the producer"):
             next(it)
-    finally:
-        _Producer.occupied = original
-        it.close()
 
 
 def test_thread_prefetch_garbage_collected():
