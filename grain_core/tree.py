@@ -349,9 +349,9 @@ def _diagnose(elements: Sequence[Any], op: str) -> str:
         return f"Cannot {op} elements: {e}"
     ref_paths = [p for p, _ in ref]
     flat = []
-    for i, e in enumerate(elements):
+    for i, element in enumerate(elements):
         try:
-            got = flatten_with_paths(e)
+            got = flatten_with_paths(element)
         except ValueError as err:
             return f"Cannot {op} elements: element {i}: {err}"
         if [p for p, _ in got] != ref_paths:
