@@ -4,11 +4,15 @@ Contract:
 
 * :func:`install_grain_alias` puts a finder first on ``sys.meta_path`` that answers ``grain`` and
   every ``grain.X.Y`` with the module ``grain_core.X.Y``: ``sys.modules["grain.X.Y"]`` *is*
-  ``sys.modules["grain_core.X.Y"]``. A ``grain.X`` that grain_core lacks (e.g. Grain's private
-  ``grain._src``) raises ``ModuleNotFoundError`` saying so.
+  ``sys.modules["grain_core.X.Y"]``. A ``grain.X`` that grain_core lacks raises
+  ``ModuleNotFoundError`` saying so. Grain's private paths that public code imports
+  (``grain._src...``) resolve through the one table of :mod:`grain_core.compat.private_paths`;
+  any other ``grain._src`` path raises that ``ModuleNotFoundError`` too.
 * It refuses (``GrainAliasError``, nothing changed) when google grain is importable, unless
   ``replace_installed=True``; and when a module named ``grain`` that is not grain_core was already
   imported (an alias cannot replace it any more).
+* Installing turns ``grain_core.config.grain_exact`` on (Grain 0.2.18's data, bugs included)
+  unless the user set it (``update`` or ``GRAIN_CORE_GRAIN_EXACT``); uninstalling turns it back.
 * Installing twice is a no-op; :func:`uninstall_grain_alias` removes the finder and the aliased
   ``grain*`` entries of ``sys.modules``.
 * :func:`install_from_env` reads ``GRAIN_CORE_AS_GRAIN``: unset, empty or ``0`` does nothing; ``1``
@@ -28,6 +32,8 @@ import threading
 import warnings
 from types import ModuleType
 from typing import Any
+
+from grain_core.compat import private_paths
 
 __all__ = [
     "ENV_VAR",
@@ -69,6 +75,16 @@ class _AliasLoader(importlib.abc.Loader):
         sys.modules[module.__name__] = real
 
 
+class _PrivatePathLoader(importlib.abc.Loader):
+    """Makes the module of a ``grain._src`` path from the table (``private_paths.make_module``)."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return private_paths.make_module(spec.name)
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass
+
+
 class GrainAliasFinder(importlib.abc.MetaPathFinder):
     """Resolves ``grain`` and ``grain.*`` to ``grain_core`` and ``grain_core.*``."""
 
@@ -76,6 +92,12 @@ class GrainAliasFinder(importlib.abc.MetaPathFinder):
         real = _target_name(fullname)
         if real is None:
             return None
+        if private_paths.is_private_path(fullname) or private_paths.is_private_package(fullname):
+            return importlib.util.spec_from_loader(
+                fullname,
+                _PrivatePathLoader(),
+                is_package=private_paths.is_private_package(fullname),
+            )
         try:
             found = importlib.util.find_spec(real)
         except ModuleNotFoundError:
@@ -83,8 +105,9 @@ class GrainAliasFinder(importlib.abc.MetaPathFinder):
         if found is None:
             raise ModuleNotFoundError(
                 f"No module named {fullname!r}: `grain` is an alias of grain_core here "
-                f"(grain_core.compat), and grain_core has no module {real!r}. Grain's private "
-                "modules (grain._src) have no grain_core equivalent; use the public names.",
+                f"(grain_core.compat), and grain_core has no module {real!r}. Of Grain's private "
+                "modules (grain._src) only the paths public projects import are mapped "
+                "(grain_core.compat.private_paths, docs/migration.md); use the public names.",
                 name=fullname,
             )
         return importlib.util.spec_from_loader(
@@ -140,16 +163,28 @@ def install_grain_alias(*, replace_installed: bool = False) -> None:
                 "or uninstall grain."
             )
         sys.meta_path.insert(0, GrainAliasFinder())
+        # Code written for Grain gets Grain 0.2.18's data, bugs included (unless the user chose).
+        from grain_core.global_config import config
+
+        config.default_grain_exact(True)
 
 
 def uninstall_grain_alias() -> None:
     """Removes the alias and the ``grain*`` modules it put in ``sys.modules``."""
     with _lock:
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, GrainAliasFinder)]
+        from grain_core.global_config import config
+
+        config.default_grain_exact(False)
         for name in [n for n in sys.modules if n == _ALIAS or n.startswith(_ALIAS + ".")]:
             mod = sys.modules[name]
             if getattr(mod, "__name__", "").split(".")[0] == _TARGET:
                 del sys.modules[name]
+        for name in private_paths.installed_modules():
+            del sys.modules[name]
+        target = sys.modules.get(_TARGET)
+        if target is not None and "_src" in vars(target):  # set by `import grain._src...`
+            delattr(target, "_src")
 
 
 def install_from_env(environ: dict[str, str] | None = None) -> bool:

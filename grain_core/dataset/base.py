@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from grain_core import grain_states as _grain_states
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.dataset.grain_attrs import DatasetAttrs, IteratorAttrs
 from grain_core.state import StateField
 from grain_core.suggest import did_you_mean
 
@@ -93,7 +94,7 @@ class _SeedLineage:
         return cls(tuple(seeds), depth)
 
 
-class _DatasetBase:
+class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_attrs.py
     _lineage: _SeedLineage
 
     def __init__(self, parents: Any = ()):
@@ -458,7 +459,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         return self.mp_prefetch(multiprocessing_options)
 
 
-class DatasetIterator(Iterator[T], abc.ABC):
+class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
     """A stateful, checkpointable iterator. Not thread-safe: use it from one thread.
 
     ``get_state()`` returns a JSON-serialisable dict (see :mod:`grain_core.state`); ``set_state`` on a
@@ -583,6 +584,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
     def close(self) -> None:
         """Releases threads, processes and files this iterator holds. Idempotent."""
+        self._closed = True
         for p in self._parents:
             p.close()
 

@@ -211,7 +211,7 @@ def test_in_process_alias_and_its_limits(tmp_path):
         print(grain is grain_core, legacy is grain_core.python, pe.ElasticIterator is ElasticIterator)
         print(grain.constants.RECORD_KEY, grain.config is grain_core.config)
         try:
-            import grain._src.python.dataset
+            import grain._src.python.grain_pool  # a private path no public project imports
         except ModuleNotFoundError as e:
             print('private', 'grain._src' in str(e))
         c.uninstall_grain_alias()

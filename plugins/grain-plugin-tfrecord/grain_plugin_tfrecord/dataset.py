@@ -5,6 +5,9 @@ file order (parse them with ``.map``, e.g. ``tf.train.Example.FromString``). Unl
 this one verifies every record's CRCs (``verify_crc=False`` skips that) and reports corruption with
 the file name, the record index and the byte offset (:class:`TFRecordCorruptionError`).
 
+Subclasses written for Grain read ``self._path`` (the path as given); Grain's private reader and
+iterator classes they subclass are in :mod:`grain_plugin_tfrecord.grain_private`.
+
 State: ``{"kind": "TFRecordIterDataset", "path": path, "reader_offset": byte offset of the next
 record, "record_index": its number}``. ``set_state`` also accepts Grain's ``{"reader_offset": n}``
 (the record index is then unknown, and error messages count records from there). A state of another
@@ -39,7 +42,9 @@ class TFRecordIterDataset(IterDataset):
                 f"{type(path).__name__}; for several files, interleave one dataset per file."
             )
         self._path = os.fspath(path)
-        if not os.path.isfile(self._path):
+        # A subclass with its own __iter__ reads self._path itself (Grain's contract; MaxText's
+        # GCS reader opens gs:// paths), so only the reader here needs a local file.
+        if type(self).__iter__ is TFRecordIterDataset.__iter__ and not os.path.isfile(self._path):
             raise FileNotFoundError(f"TFRecordIterDataset: no such file: {self._path}")
         self._verify = bool(verify_crc)
 

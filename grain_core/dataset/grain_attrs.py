@@ -1,0 +1,218 @@
+"""The private attributes Grain's dataset base classes give their subclasses.
+
+Custom stages written for Grain read attributes that Grain's ``MapDataset``, ``IterDataset`` and
+``DatasetIterator`` set or compute, and that public subclasses (MaxText, webdataset adapters, ...)
+rely on. The kernel's base classes take them from the mixins here, so such a subclass runs
+unchanged. Contract, per attribute:
+
+* ``_parent`` (datasets and iterators): the only parent, ``self._parents[0]``. Like Grain, it
+  asserts that there is exactly one (``AssertionError`` naming the parents otherwise). A stage may
+  assign ``self._parent`` itself; its own value then wins.
+* ``_parents``: set by the base ``__init__`` (the kernel's, not here): a tuple of the parents.
+* ``_ctx`` (iterators): an :class:`IteratorContext`. ``self._ctx.dataset_options`` is the
+  pipeline's ``DatasetOptions`` as this iterator sees them (``DatasetOptions()`` when none were
+  applied); assigning it applies options to this iterator and its parents. ``mp_context`` holds
+  Grain's ``MultiprocessingContext(process_index=0, process_count=1)`` unless a subclass assigns
+  another. ``merge`` keeps the other context's options where this one has none.
+* ``_stats`` (datasets and iterators): a :class:`Stats` whose recording calls Grain stages make
+  (``with self._stats.record_self_time(): ...``, ``self._stats.record_output_spec(x)``,
+  ``record_bytes_consumed/produced``) return their element unchanged and record nothing:
+  grain_core's per-stage statistics are :mod:`grain_core.stats` (opt-in, without code in stages).
+* ``_closed`` (iterators): ``False`` until the base ``close()`` runs; ``_assert_not_closed()``
+  raises Grain's ``ValueError`` after that.
+* ``_MUTATES_ELEMENT_SPEC``: Grain's informational class flag (``True``).
+
+:class:`Timer` and :func:`record_next_duration_if_output` are the helpers of Grain's stats module
+that stage code calls (``@stats.record_next_duration_if_output`` on ``__next__``,
+``timer = stats.Timer()``): the decorator returns the method's result unchanged, the timer measures
+time. None of these attributes enters iterator states, so states and checkpoints are unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from grain_core.options import DatasetOptions
+
+__all__ = [
+    "DatasetAttrs",
+    "IteratorAttrs",
+    "IteratorContext",
+    "MultiprocessingContext",
+    "Stats",
+    "Timer",
+    "record_next_duration_if_output",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _OnlyParent:
+    """``obj._parent``: the single parent (a non-data descriptor: an assigned value wins)."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        parents = getattr(obj, "_parents", ())
+        assert len(parents) == 1, (
+            f"{type(obj).__name__}._parent needs exactly one parent, it has {len(parents)}: "
+            f"{tuple(parents)!r}; use self._parents."
+        )
+        return parents[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiprocessingContext:
+    """Grain's ``MultiprocessingContext``: which worker of how many runs this iterator."""
+
+    process_index: int = 0
+    process_count: int = 1
+
+
+class IteratorContext:
+    """Grain's ``IteratorContext`` seen from one iterator (see the module docstring)."""
+
+    def __init__(self, owner: Any):
+        self._owner = owner
+        self.mp_context = MultiprocessingContext()
+
+    @property
+    def dataset_options(self) -> DatasetOptions:
+        return self._owner.options or DatasetOptions()
+
+    @dataset_options.setter
+    def dataset_options(self, options: DatasetOptions) -> None:
+        if not isinstance(options, DatasetOptions):
+            raise TypeError(
+                f"_ctx.dataset_options must be a DatasetOptions, got {type(options).__name__}."
+            )
+        self._owner.apply_options(options)
+
+    def merge(self, other: IteratorContext) -> None:
+        """Takes ``other``'s options where this context has none (Grain merges parents' contexts)."""
+        theirs = other._owner.options
+        if theirs is not None:
+            self._owner.apply_options(theirs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"mp_context": self.mp_context}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # re-attached by the owner's _ctx
+        self._owner = None
+        self.mp_context = state["mp_context"]
+
+
+class _Context:
+    """``iterator._ctx``: one :class:`IteratorContext` per iterator, made on first use."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        ctx = obj.__dict__.get("_grain_ctx")
+        if ctx is None or ctx._owner is not obj:
+            fresh = IteratorContext(obj)
+            if ctx is not None:
+                fresh.mp_context = ctx.mp_context
+            ctx = obj.__dict__["_grain_ctx"] = fresh
+        return ctx
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if not isinstance(value, IteratorContext):
+            raise TypeError(f"_ctx must be an IteratorContext, got {type(value).__name__}.")
+        ctx = self.__get__(obj)
+        ctx.mp_context = value.mp_context
+        if value._owner is not None and value._owner is not obj:
+            ctx.merge(value)
+
+
+class Stats:
+    """Grain's per-stage ``Stats`` interface; records nothing (see the module docstring)."""
+
+    output_spec: Any = None
+
+    @contextlib.contextmanager
+    def record_self_time(self, offset_ns: int = 0, num_elements: int = 1) -> Iterator[None]:
+        yield
+
+    def record_output_spec(self, element: Any) -> Any:
+        return element
+
+    def record_bytes_consumed(self, element: Any) -> Any:
+        return element
+
+    def record_bytes_produced(self, element: Any) -> Any:
+        return element
+
+    def report(self) -> None:
+        """Grain logs a summary here; grain_core's is :func:`grain_core.stats.collect`."""
+
+
+_NO_STATS = Stats()
+
+
+class _StatsAttr:
+    """``obj._stats``: a shared recording-free :class:`Stats` (an assigned value wins)."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else _NO_STATS
+
+
+class Timer:
+    """Grain's ``stats.Timer``: a context manager adding the nanoseconds spent inside it."""
+
+    def __init__(self) -> None:
+        self._total = 0
+        self._start: int | None = None
+
+    def __enter__(self) -> Timer:
+        self._start = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._start is not None:
+            self._total += time.perf_counter_ns() - self._start
+            self._start = None
+
+    def value(self) -> int:
+        """Nanoseconds measured so far."""
+        return self._total
+
+    def reset(self) -> None:
+        self._total = 0
+
+
+def record_next_duration_if_output(next_fn: F) -> F:
+    """Grain's decorator for ``__next__``; here it returns the method's result unchanged."""
+
+    @functools.wraps(next_fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return next_fn(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class DatasetAttrs:
+    """Grain's private attributes of ``MapDataset`` and ``IterDataset`` (module docstring)."""
+
+    _MUTATES_ELEMENT_SPEC = True
+    _parent: Any = _OnlyParent()
+    _stats: Any = _StatsAttr()
+
+
+class IteratorAttrs:
+    """Grain's private attributes of ``DatasetIterator`` (module docstring)."""
+
+    _MUTATES_ELEMENT_SPEC = True
+    _parent: Any = _OnlyParent()
+    _stats: Any = _StatsAttr()
+    _ctx: Any = _Context()
+    _closed: bool = False
+
+    def _assert_not_closed(self) -> None:
+        if self._closed:
+            raise ValueError(f"Trying to advance a closed iterator: '{self}'.")
