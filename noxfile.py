@@ -274,7 +274,7 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks against google's grain from PyPI."""
     _install_everything(session)
-    _install(session, "grain")
+    _install(session, "grain", "pillow")
     session.run("python", "benchmarks/run.py", *session.posargs, env={"JAX_PLATFORMS": "cpu"})
 
 

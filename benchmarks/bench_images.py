@@ -1,0 +1,198 @@
+"""Issue 32 workloads: an image pipeline, the most common training input.
+
+JPEG bytes (written with Pillow by :func:`image_work.make_jpegs`) -> decode -> random crop and flip
+-> normalise -> batch, read in a shuffled order through ``mp_prefetch`` with 2 workers, through the
+``DataLoader`` with 2 workers, and through ``mp_prefetch`` then ``device_put`` onto a jax CPU
+device; each row side by side with google's grain. The limit is a plain ``multiprocessing.Pool(2)``
+doing the same decode and augmentation (the reference column). ``REPORTS`` prints the peak memory of
+each library's ``mp_prefetch`` pipeline (the Pss of the process tree, as ``bench_memory`` measures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+from harness import Workload
+from image_work import decode_augment, decode_augment_range, make_jpegs
+
+NUM_IMAGES = 6_000
+BATCH = 64
+WORKERS = 2
+
+_IMAGES: list[bytes] | None = None
+
+
+def _images() -> list[bytes]:
+    global _IMAGES
+    if _IMAGES is None:
+        _IMAGES = make_jpegs(NUM_IMAGES)
+    return _IMAGES
+
+
+def _is_ours(lib) -> bool:
+    return lib.__name__.partition(".")[0] == "grain_core"
+
+
+def _dataset(lib, images, workers=WORKERS):
+    ds = (
+        lib.MapDataset.source(images)
+        .shuffle(seed=0)
+        .random_map(decode_augment, seed=1)
+        .batch(BATCH, drop_remainder=True)
+        .to_iter_dataset()
+    )
+    if workers:
+        ds = ds.mp_prefetch(lib.MultiprocessingOptions(num_workers=workers))
+    return ds
+
+
+def _device_put(lib, images):
+    import jax
+
+    return lib.experimental.device_put(_dataset(lib, images), jax.devices("cpu")[0])
+
+
+def _loader(lib, images):
+    from image_ops import operation_class
+
+    if not _is_ours(lib):
+        import grain.python as lib
+    sampler = lib.IndexSampler(
+        num_records=len(images),
+        shard_options=lib.NoSharding(),
+        shuffle=True,
+        num_epochs=1,
+        seed=0,
+    )
+    batch = lib.transforms.Batch if _is_ours(lib) else lib.Batch
+    return lib.DataLoader(
+        data_source=images,
+        sampler=sampler,
+        operations=[
+            operation_class("grain_core" if _is_ours(lib) else "grain")(),
+            batch(batch_size=BATCH, drop_remainder=True),
+        ],
+        worker_count=WORKERS,
+    )
+
+
+def _pool_limit(images) -> int:
+    """Every image decoded and augmented by a plain ``multiprocessing.Pool(2)``, half each: the
+    machine's limit for this work with no pipeline around it."""
+    import multiprocessing
+
+    half = len(images) // 2
+    with multiprocessing.get_context("forkserver").Pool(WORKERS) as pool:
+        pool.map(decode_augment_range, [(images[:2], 0), (images[:2], 0)])  # started before timing
+        done = pool.map(decode_augment_range, [(images[:half], 0), (images[half:], half)])
+    return sum(done)
+
+
+def _in_process_limit(images) -> int:
+    for i, data in enumerate(images):
+        decode_augment(data, np.random.default_rng(i))
+    return len(images)
+
+
+_NAME = f"images {NUM_IMAGES}x JPEG 96px decode+crop+flip+normalise batch({BATCH})"
+
+WORKLOADS = [
+    Workload(
+        f"{_NAME} in process",
+        lambda lib, images: _dataset(lib, images, workers=0),
+        count=len,
+        unit="images",
+        setup=_images,
+        references={"plain loop, one process": _in_process_limit},
+    ),
+    Workload(
+        f"{_NAME} mp_prefetch({WORKERS})",
+        _dataset,
+        count=len,
+        unit="images",
+        setup=_images,
+        references={f"multiprocessing.Pool({WORKERS})": _pool_limit},
+    ),
+    Workload(
+        f"{_NAME} DataLoader workers={WORKERS}",
+        _loader,
+        count=len,
+        unit="images",
+        setup=_images,
+    ),
+    Workload(
+        f"{_NAME} mp_prefetch({WORKERS}) + device_put(cpu)",
+        _device_put,
+        count=len,
+        unit="images",
+        setup=_images,
+    ),
+]
+
+
+def _child(library: str) -> None:
+    """Runs one library's ``mp_prefetch`` image pipeline over every image and prints its peak tree
+    Pss above the tree's memory before iterating, as JSON."""
+    from bench_memory import MB, _tree_memory
+
+    if library == "grain_core":
+        import grain_core as lib
+    else:
+        import grain as lib
+        from absl import flags
+
+        flags.FLAGS.mark_as_parsed()
+    images = _images()
+    pid = os.getpid()
+    base = _tree_memory(pid)[0]
+    peak = base
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_memory(pid)[0])
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    count = 0
+    try:
+        for batch in _dataset(lib, images):
+            count += len(batch)
+    finally:
+        stop.set()
+        sampler.join(timeout=5)
+    print(json.dumps({"library": library, "images": count, "peak_mb": (peak - base) / MB}))
+
+
+def images_memory_report() -> None:
+    """Peak memory (tree Pss above the starting point) of the ``mp_prefetch`` image row, per library."""
+    print(f"{'image pipeline peak memory, mp_prefetch(2)':<58} {'peak MB':>8}")
+    for library in ("grain_core", "grain"):
+        proc = subprocess.run(
+            [sys.executable, __file__, "child", library],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        )
+        if proc.returncode:
+            tail = " ".join(proc.stderr.strip().splitlines()[-1:])
+            print(f"{library:<58} failed: {tail}")
+            continue
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"{library:<58} {row['peak_mb']:>8.0f}", flush=True)
+
+
+REPORTS = [images_memory_report]
+
+if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _child(sys.argv[2])
