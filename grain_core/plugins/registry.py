@@ -78,6 +78,11 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
         "experimental.WindowShuffleIterDataset",
     ),
     "grain-plugin-ray": ("runtimes.ray",),
+    "grain-plugin-hf": (
+        "sources.HuggingFaceDataSource",
+        "sources.HuggingFaceIterDataset",
+        "experimental.HuggingFaceIterDataset",
+    ),
 }
 
 # Name -> distribution, for install hints (derived from PROVIDERS).

@@ -1,0 +1,10 @@
+"""grain_core plugin providing ``HuggingFaceDataSource`` and ``HuggingFaceIterDataset``.
+
+``datasets`` is imported only when one of them is built, so loading the plugin (at ``import
+grain_core``) stays cheap.
+"""
+
+from grain_plugin_hf.iterable import HuggingFaceIterDataset
+from grain_plugin_hf.source import HuggingFaceDataSource
+
+__all__ = ["HuggingFaceDataSource", "HuggingFaceIterDataset"]

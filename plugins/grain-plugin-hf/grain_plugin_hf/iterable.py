@@ -1,0 +1,316 @@
+"""``HuggingFaceIterDataset``: a streaming ``datasets.IterableDataset`` as a resumable IterDataset.
+
+The dataset is read shard by shard (``dataset.shard(num_shards, s)`` gives shard ``s`` alone), and
+a reader (one JAX process's share, one ``mp_prefetch`` worker's share) reads the shards
+``r, r + R, r + 2R, ...`` of the ``R`` readers. Inside a shard, the position is the dataset's own
+``state_dict()``. The state records the progress of every shard the reader owns, so states of
+several readers can be re-split for another reader count (:mod:`grain_plugin_hf.resplit`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import grain_core as grain
+from grain_core import state as _state
+from grain_core.dataset.sharing import claim_worker_share
+from grain_core.dataset.stages import SourceIterator
+from grain_core.state import StateField
+
+__all__ = ["HuggingFaceIterDataset", "NotResumableError"]
+
+KIND = "HuggingFaceIterDataset"
+
+
+class NotResumableError(_state.StateMismatchError):
+    """The dataset cannot continue exactly from a state (e.g. it has a shuffle buffer)."""
+
+
+def _chain(dataset: Any) -> list[Any]:
+    """The dataset's examples iterables, outermost first (``datasets`` internals, read only)."""
+    out, node, seen = [], getattr(dataset, "_ex_iterable", None), set()
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        out.append(node)
+        nxt = getattr(node, "ex_iterable", None)
+        if nxt is None:
+            subs = getattr(node, "ex_iterables", None)
+            if subs:
+                for sub in subs:
+                    out.extend(_chain_of(sub, seen))
+            break
+        node = nxt
+    return out
+
+
+def _chain_of(node: Any, seen: set) -> list[Any]:
+    out = []
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        out.append(node)
+        node = getattr(node, "ex_iterable", None)
+    return out
+
+
+def _describe(value: Any, depth: int = 0) -> Any:
+    """A JSON-able description of a shard argument that is the same in every process."""
+    if depth > 3:
+        return type(value).__name__
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return os.path.basename(value.rstrip("/")) if os.sep in value else value
+    if isinstance(value, (list, tuple)):
+        return [_describe(v, depth + 1) for v in value[:64]] + ([len(value)] if len(value) > 64 else [])
+    if isinstance(value, Mapping):
+        return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    fingerprint = getattr(value, "_fingerprint", None)  # a datasets.Dataset (to_iterable_dataset)
+    if isinstance(fingerprint, str):
+        return fingerprint
+    return type(value).__name__
+
+
+def _not_resumable(chain: list[Any]) -> str | None:
+    for node in chain:
+        name = type(node).__name__
+        if name == "BufferShuffledExamplesIterable":
+            return (
+                "it has a shuffle buffer (IterableDataset.shuffle(buffer_size=...)), whose buffered "
+                "examples datasets' state_dict() does not keep, so a restore would lose them. "
+                "Shuffle the shard order only (datasets.IterableDataset.shuffle is both), shuffle "
+                "before streaming (Dataset.shuffle(...).to_iterable_dataset()), or shuffle after "
+                "this stage (grain_core.experimental.WindowShuffleIterDataset), which checkpoints"
+            )
+    return None
+
+
+class HuggingFaceIterDataset(grain.IterDataset):
+    """The examples of a streaming Hugging Face ``datasets.IterableDataset``, resumable exactly.
+
+    Args:
+      dataset: the ``IterableDataset`` (``load_dataset(..., streaming=True)``,
+        ``Dataset.to_iterable_dataset(num_shards=...)``, ``IterableDataset.from_generator``, with
+        ``map`` / ``filter`` / ``with_format`` / ... applied).
+      shard_options: which JAX process's share to read (``grain_core.sharding.ShardByJaxProcess()``
+        or ``ShardOptions(i, n)``); ``None`` reads everything.
+
+    Elements are the dataset's examples as it yields them (its format: plain Python by default,
+    ``dataset.with_format("numpy")`` for numpy). Order: the shards of this reader one after the
+    other, each in the dataset's order; with one reader, exactly the dataset's own order.
+
+    Splitting: the dataset is split **by its shards** (``dataset.num_shards``: files, or
+    ``to_iterable_dataset(num_shards=...)``): process ``p`` of ``n`` and ``mp_prefetch`` worker
+    ``w`` of ``K`` together are reader ``r = p + n * w`` of ``R = n * K`` and read shards ``r, r + R,
+    ...``. A reader without a shard (fewer shards than readers) yields nothing; ``drop_remainder``
+    is not applied (shards differ in size anyway).
+
+    State: ``{dataset, num_shards, reader, readers, done, partial}`` — the shards this reader has
+    finished, and for each shard it has started, the dataset's own ``state_dict()`` there. A state
+    of another dataset (other data files, features, shard count, pipeline of ``map`` / ``filter``)
+    is refused naming the dataset; a state of another reader split is refused pointing to
+    :func:`grain_plugin_hf.resplit_states`, which re-splits states for other process or worker
+    counts. A dataset whose position datasets cannot restore exactly (a shuffle buffer) still
+    iterates and gives states, but restoring one raises :class:`NotResumableError` saying why.
+
+    Raises:
+      TypeError: not a ``datasets.IterableDataset`` (a map-style ``Dataset`` says what to use).
+    """
+
+    def __init__(self, dataset: Any, *, shard_options: grain.sharding.ShardOptions | None = None):
+        super().__init__()
+        import datasets
+
+        if isinstance(dataset, datasets.Dataset):
+            raise TypeError(
+                "HuggingFaceIterDataset takes a streaming datasets.IterableDataset, got a map-style "
+                "datasets.Dataset. Use grain_core.sources.HuggingFaceDataSource(dataset) with "
+                "MapDataset.source (random access, shuffling, exact restore), or "
+                "dataset.to_iterable_dataset(num_shards=...)."
+            )
+        if not isinstance(dataset, datasets.IterableDataset):
+            raise TypeError(
+                f"HuggingFaceIterDataset takes a datasets.IterableDataset, got {type(dataset).__name__}."
+            )
+        if shard_options is not None and not isinstance(shard_options, grain.sharding.ShardOptions):
+            raise TypeError(
+                "HuggingFaceIterDataset shard_options must be a grain_core.sharding.ShardOptions "
+                f"(e.g. ShardByJaxProcess()) or None, got {type(shard_options).__name__}."
+            )
+        if not hasattr(dataset, "state_dict") or not hasattr(dataset, "load_state_dict"):
+            raise TypeError(
+                "HuggingFaceIterDataset needs datasets >= 2.18 (IterableDataset.state_dict); "
+                f"installed: {datasets.__version__}. Upgrade: pip install -U datasets."
+            )
+        self._dataset = dataset
+        self._num_shards = int(dataset.num_shards)
+        self._process = (0, 1) if shard_options is None else (
+            shard_options.shard_index,
+            shard_options.shard_count,
+        )
+        chain = _chain(dataset)
+        self._not_resumable = _not_resumable(chain)
+        self._identity = _state.fingerprint(
+            [type(n).__name__ for n in chain],
+            [_describe(getattr(n, "kwargs", None)) for n in chain],
+            str(dataset.features),
+            self._num_shards,
+            str(getattr(dataset, "split", None)),
+        )
+
+    @property
+    def dataset(self) -> Any:
+        """The wrapped ``datasets.IterableDataset``."""
+        return self._dataset
+
+    @property
+    def num_shards(self) -> int:
+        """The dataset's shards, the units split between readers."""
+        return self._num_shards
+
+    @property
+    def identity(self) -> str:
+        """The fingerprint states carry to refuse another dataset."""
+        return self._identity
+
+    def __iter__(self) -> grain.DatasetIterator:
+        share = claim_worker_share()  # in an mp_prefetch worker: this worker's shards only
+        w, k = (0, 1) if share is None else share
+        p, n = self._process
+        return HuggingFaceIterator(self, reader=p + n * w, readers=n * k)
+
+    def __str__(self) -> str:
+        p, n = self._process
+        return (
+            f"HuggingFaceIterDataset(num_shards={self._num_shards}, process={p} of {n}, "
+            f"dataset={self._identity})"
+        )
+
+    __repr__ = __str__
+
+
+class HuggingFaceIterator(SourceIterator):
+    """Reads the shards ``reader, reader + readers, ...`` of a :class:`HuggingFaceIterDataset`."""
+
+    kind = KIND
+
+    def __init__(self, ds: HuggingFaceIterDataset, reader: int, readers: int):
+        super().__init__()
+        self._ds = ds
+        self._reader, self._readers = reader, readers
+        self._owned = list(range(reader, ds.num_shards, readers))
+        self._done: set[int] = set()
+        self._partial: dict[int, dict[str, Any]] = {}  # shard -> datasets state_dict at a restore
+        self._current: int | None = None  # the shard being read
+        self._shard_ds: Any = None
+        self._gen: Any = None
+
+    @property
+    def owned_shards(self) -> list[int]:
+        """The dataset shards this iterator reads, in order."""
+        return list(self._owned)
+
+    def _open(self, shard: int) -> None:
+        shard_ds = self._ds.dataset.shard(num_shards=self._ds.num_shards, index=shard, contiguous=True)
+        saved = self._partial.get(shard)
+        if saved is not None:
+            shard_ds.load_state_dict(saved)
+        self._shard_ds, self._gen, self._current = shard_ds, iter(shard_ds), shard
+
+    def __next__(self) -> Any:
+        while True:
+            if self._gen is None:
+                todo = [s for s in self._owned if s not in self._done]
+                if not todo:
+                    raise StopIteration
+                self._open(todo[0])
+            try:
+                return next(self._gen)
+            except StopIteration:
+                assert self._current is not None
+                self._done.add(self._current)
+                self._partial.pop(self._current, None)
+                self._close_shard()
+
+    def _close_shard(self) -> None:
+        gen, self._gen, self._shard_ds, self._current = self._gen, None, None, None
+        if gen is not None and hasattr(gen, "close"):
+            gen.close()
+
+    def get_state(self) -> dict[str, Any]:
+        partial = {str(s): st for s, st in self._partial.items()}
+        if self._current is not None:
+            partial[str(self._current)] = self._shard_ds.state_dict()
+        return _state.make_state(
+            KIND,
+            dataset=self._ds.identity,
+            num_shards=self._ds.num_shards,
+            reader=self._reader,
+            readers=self._readers,
+            done=sorted(self._done),
+            partial=partial,
+        )
+
+    def state_fields(self) -> dict[str, StateField]:
+        return {
+            "dataset": StateField.identity(),
+            "num_shards": StateField.identity(),
+            "reader": StateField.position(),
+            "readers": StateField.position(minimum=1),
+            "done": StateField.opaque(nullable=False),
+            "partial": StateField.opaque(nullable=False),
+        }
+
+    def check_state(self, state: Any) -> None:
+        if isinstance(state, Mapping) and state.get("kind") == KIND:
+            if "dataset" in state and state["dataset"] != self._ds.identity:
+                raise _state.StateMismatchError(
+                    f"{KIND}: the state was saved for another dataset (fingerprint "
+                    f"{state['dataset']!r}, this one is {self._ds.identity!r}: other data files, "
+                    "features, shard count or map/filter pipeline). Restore it into the dataset "
+                    "that saved it."
+                )
+            if (state.get("reader"), state.get("readers")) != (self._reader, self._readers) and all(
+                isinstance(state.get(k), int) for k in ("reader", "readers")
+            ):
+                raise _state.StateMismatchError(
+                    f"{KIND}: the state was saved by reader {state['reader']} of {state['readers']} "
+                    f"(JAX process + mp_prefetch worker), this iterator is reader {self._reader} of "
+                    f"{self._readers}. Re-split the saved states with "
+                    "grain_plugin_hf.resplit_states(states, ...) for another process or worker count."
+                )
+        super().check_state(state)
+        done, partial = state["done"], state["partial"]
+        owned = set(self._owned)
+        if not isinstance(done, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s in owned for s in done
+        ):
+            raise _state.InvalidStateError(
+                f"{KIND}: state field 'done' must list shards of this reader ({self._owned}), got "
+                f"{done!r}: the state was altered or corrupted."
+            )
+        if not isinstance(partial, Mapping) or not all(
+            isinstance(k, str) and k.isdigit() and int(k) in owned and isinstance(v, Mapping)
+            for k, v in partial.items()
+        ):
+            raise _state.InvalidStateError(
+                f"{KIND}: state field 'partial' must map shards of this reader ({self._owned}) to "
+                f"datasets state_dicts, got {partial!r}: the state was altered or corrupted."
+            )
+        if self._ds._not_resumable is not None and partial:
+            raise NotResumableError(
+                f"{KIND}: this dataset cannot be resumed exactly: {self._ds._not_resumable}."
+            )
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        self._close_shard()
+        self._done = set(state["done"])
+        self._partial = {int(k): dict(v) for k, v in state["partial"].items()}
+
+    def close(self) -> None:
+        self._close_shard()
+        super().close()
+
+    def __str__(self) -> str:
+        return f"HuggingFaceIterDataset iterator (reader {self._reader} of {self._readers})"
