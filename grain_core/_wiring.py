@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from grain_core import element_spec  # noqa: F401 -- installs element-spec inference into the kernel
 from grain_core.dataset.base import IterDataset, MapDataset, installed
 from grain_core.plugins import registry
 

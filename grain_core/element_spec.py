@@ -10,25 +10,41 @@ stage by stage from the source down, with Grain's rules:
 * ``map`` / ``random_map`` / ``map_with_index``: the transform's ``output_spec(input_spec)``; a
   transform without it raises ``ValueError`` saying to implement it;
 * ``batch`` with the default stacking: each leaf gets a leading dimension ``batch_size`` (with
-  ``drop_remainder``) or ``None``; a custom ``batch_fn`` raises ``NotImplementedError``;
-* stages that do not change elements (shuffle, slice, filter, repeat, seed, options,
-  ``to_iter_dataset``, prefetching, limit, cache) and mixtures (the first input's spec) pass the
-  parent's spec through;
+  ``drop_remainder``) or ``None`` (the tree follows JAX's pytree registry, see
+  :mod:`grain_core.tree`); a ``batch_fn`` implementing Grain's ``BatchFn`` protocol
+  (``output_spec(input_spec, batch_size, drop_remainder)``, also through ``functools.partial``)
+  answers itself; any other custom ``batch_fn`` raises ``NotImplementedError``;
+* ``RebatchIterDataset``: each leaf's leading dimension becomes ``batch_size`` (Grain's rule, also
+  without ``drop_remainder``); ``zip`` (``ZipMapDataset`` / ``ZipIterDataset``): the tuple of its
+  parents' specs; ``flat_map``: the ``FlatMap`` transform's ``output_spec(input_spec)`` (the spec
+  of one element it yields) if it has one, else ``NotImplementedError`` as in Grain;
+* ``ElasticIterator``: batches of ``global_batch_size // shard_count`` of the dataset's elements;
+* stages that do not change elements (shuffle, window shuffle, slice, filter, repeat, seed, options,
+  ``to_iter_dataset``, prefetching, limit, cache, a worker's share) and mixtures and interleaves (the
+  first input's spec) pass the parent's spec through; plugin stages answer through
+  ``_element_spec`` (see ``docs/writing-plugins.md``);
 * anything else raises ``NotImplementedError`` naming the stage.
+
+``ds._element_spec`` (Grain's private hook, which Grain-style custom datasets read from their
+parents) gives the same answer on every dataset.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 
 from grain_core import tree
-from grain_core.dataset import iter_ops, map_ops, mixing, prefetch
+from grain_core.dataset import base, iter_ops, map_ops, mixing, prefetch
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.cache import CacheIterDataset
+from grain_core.dataset.elastic_iterator import ElasticIterator
+from grain_core.dataset.sequential import ContiguousShareMapDataset
 
 __all__ = ["ShapeDtypeStruct", "ShapeDtypeStructProtocol", "get_element_spec"]
 
@@ -65,6 +81,7 @@ _PASS_THROUGH: tuple[type, ...] = (
     iter_ops.RepeatIterDataset,
     prefetch.PrefetchIterDataset,
     CacheIterDataset,
+    ContiguousShareMapDataset,
 )
 _FIRST_INPUT: tuple[type, ...] = (
     mixing.MixedMapDataset,
@@ -81,6 +98,38 @@ _MAPS: tuple[type, ...] = (
     iter_ops.MapWithIndexIterDataset,
 )
 _BATCHES: tuple[type, ...] = (map_ops.BatchMapDataset, iter_ops.BatchIterDataset)
+_ZIPS: tuple[type, ...] = (map_ops.ZipMapDataset, iter_ops.ZipIterDataset)
+_FLAT_MAPS: tuple[type, ...] = (map_ops.FlatMapMapDataset, iter_ops.FlatMapIterDataset)
+
+
+def _batched(spec: Any, size: int | None) -> Any:
+    return tree.map_structure(
+        lambda leaf: ShapeDtypeStruct(shape=(size, *leaf.shape), dtype=leaf.dtype), spec
+    )
+
+
+def _batch_spec(stage: Any, input_spec: Callable[[], Any]) -> Any:
+    fn = stage._batch_fn
+    if fn is None:
+        return _batched(input_spec(), stage._bs if stage._drop else None)
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    output_spec = getattr(inner, "output_spec", None)
+    if output_spec is None:
+        raise NotImplementedError(
+            "Element spec inference is not supported with custom batching functions. Give the "
+            "batch_fn an `output_spec(self, input_spec, batch_size, drop_remainder)` method "
+            "(Grain's BatchFn protocol)."
+        )
+    return output_spec(input_spec(), stage._bs, stage._drop)
+
+
+def _rebatched(spec: Any, size: int) -> Any:
+    def replace(leaf: Any) -> Any:
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            return leaf
+        return type(leaf)(shape=(size, *tuple(leaf.shape)[1:]), dtype=leaf.dtype)
+
+    return tree.map_structure(replace, spec)
 
 
 def _is_pass_through(ds: Any) -> bool:
@@ -97,10 +146,13 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
         raise TypeError(
             f"get_element_spec expects a MapDataset or IterDataset, got {type(ds).__name__}."
         )
+    if type(ds)._element_spec is not _INFERRED:
+        return ds._element_spec  # a dataset answering for itself (Grain's hook)
+    return _infer(ds)
+
+
+def _infer(ds: Any) -> Any:
     stage: Any = ds  # stage classes' own fields are read below
-    own = getattr(type(ds), "_element_spec", None)
-    if own is not None:
-        return ds._element_spec  # type: ignore[union-attr]
     if isinstance(ds, map_ops.SourceMapDataset):
         spec = getattr(ds.source, "element_spec", None)
         if spec is None:
@@ -120,22 +172,34 @@ def get_element_spec(ds: MapDataset | IterDataset) -> Any:
                 "PyTree[ShapeDtypeStructProtocol]) -> PyTree[ShapeDtypeStructProtocol]` to enable "
                 "element spec inference."
             )
-        return output_spec(get_element_spec(ds.parents[0]))
+        return output_spec(get_element_spec(stage.parents[0]))
     if isinstance(ds, _BATCHES):
-        if stage._batch_fn is not None:
+        return _batch_spec(stage, lambda: get_element_spec(stage.parents[0]))
+    if isinstance(ds, iter_ops.RebatchIterDataset):
+        return _rebatched(get_element_spec(stage.parents[0]), stage._bs)
+    if isinstance(ds, _ZIPS):
+        return tuple(get_element_spec(p) for p in stage.parents)
+    if isinstance(ds, _FLAT_MAPS):
+        output_spec = getattr(stage._transform, "output_spec", None)
+        if output_spec is None:
             raise NotImplementedError(
-                "Element spec inference is not supported with custom batching functions."
+                f"`element_spec` inference is not implemented for {type(ds).__name__}: give the "
+                "FlatMap transform an `output_spec(self, input_spec)` method returning the spec of "
+                "one element it yields."
             )
-        size = stage._bs if stage._drop else None
-        return tree.map_structure(
-            lambda leaf: ShapeDtypeStruct(shape=(size, *leaf.shape), dtype=leaf.dtype),
-            get_element_spec(ds.parents[0]),
-        )
-    if isinstance(ds, _FIRST_INPUT) or (_is_pass_through(ds) and len(ds.parents) == 1):
-        return get_element_spec(ds.parents[0])
+        return output_spec(get_element_spec(stage.parents[0]))
+    if isinstance(ds, ElasticIterator):
+        size = stage._global_batch_size // stage._shard_options.shard_count
+        return _batched(get_element_spec(stage.parents[0]), size)
+    if isinstance(ds, _FIRST_INPUT) or (_is_pass_through(ds) and len(stage.parents) == 1):
+        return get_element_spec(stage.parents[0])
     raise NotImplementedError(
         f"`element_spec` inference is not implemented for {type(ds).__name__}."
     )
+
+
+base.installed.install(infer_element_spec=_infer)
+_INFERRED = base._inferred_element_spec()
 
 
 def int64_scalar() -> ShapeDtypeStruct:

@@ -59,6 +59,12 @@ class _Installed:
 
 installed = _Installed()
 
+
+def _inferred_element_spec() -> Any:
+    """The ``_element_spec`` property every dataset inherits (an override is another object)."""
+    return _DatasetBase.__dict__["_element_spec"]
+
+
 __all__ = ["MapDataset", "IterDataset", "DatasetIterator", "stage_descriptions"]
 
 _DEFAULT_BASE_SEED = 0
@@ -111,6 +117,12 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
     def parents(self) -> Sequence[Any]:
         """The datasets this one reads from."""
         return self._parents
+
+    @property
+    def _element_spec(self) -> Any:
+        """Grain's hook: the spec of this dataset's elements, inferred stage by stage
+        (``grain_core.element_spec``). A subclass may override it, as in Grain."""
+        return installed.infer_element_spec(self)
 
     @property
     def _default_seed(self) -> int | None:

@@ -29,6 +29,7 @@ from grain_core.testing.interrupts import (
 )
 from grain_core.testing.plugins import check_plugin_listed, open_file_count
 from grain_core.testing.sources import check_source
+from grain_core.testing.specs import check_element_spec
 from grain_core.testing.stages import (
     altered_states,
     check_chunk_path,
@@ -45,6 +46,7 @@ __all__ = [
     "altered_states",
     "assert_equal_output_after_checkpoint",
     "check_chunk_path",
+    "check_element_spec",
     "check_refused_state_leaves_iterator_untouched",
     "check_stage",
     "check_state_round_trip_in_fresh_process",

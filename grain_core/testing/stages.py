@@ -10,6 +10,8 @@
 * :func:`check_chunk_path` — where the kernel has the chunk protocol
   (``DatasetIterator.next_chunk``), reading by chunks gives the elements and states of reading one
   by one.
+* :func:`grain_core.testing.check_element_spec` — where the pipeline has an element spec
+  (``get_element_spec``), its first elements fit it (``element_spec=True``: the stage must have one).
 
 ``make_dataset`` is a zero-argument callable returning the pipeline (an ``IterDataset``, or a
 ``MapDataset`` read through ``to_iter_dataset``) ending in the stage under test. It is sent to the
@@ -32,6 +34,7 @@ import cloudpickle
 
 from grain_core.state import IDENTIFYING_FIELDS, StateMismatchError
 from grain_core.testing.compare import assert_elements_equal
+from grain_core.testing.specs import check_element_spec
 
 __all__ = [
     "altered_states",
@@ -292,9 +295,12 @@ def check_stage(
     *,
     foreign: Callable[[], Any] | None = None,
     fresh_process: bool = True,
+    element_spec: bool = False,
 ) -> None:
-    """Runs every stage check on ``make_dataset`` (see the module docstring)."""
+    """Runs every stage check on ``make_dataset`` (see the module docstring); ``element_spec=True``
+    requires the pipeline to give an element spec."""
     check_refused_state_leaves_iterator_untouched(make_dataset, foreign=foreign)
     if fresh_process:
         check_state_round_trip_in_fresh_process(make_dataset)
     check_chunk_path(make_dataset)
+    check_element_spec(make_dataset, required=element_spec)

@@ -107,6 +107,16 @@ class InterleaveIterDataset(grain.IterDataset):
         self._make_buffer = _non_negative(make_iter_buffer_size, "make_iter_buffer_size")
         self._iter_buffer = _non_negative(iter_buffer_size, "iter_buffer_size")
 
+    @property
+    def _element_spec(self) -> Any:
+        """The first dataset's element spec (Grain's rule: the interleaved datasets share one)."""
+        if not self._n:
+            raise NotImplementedError(
+                "`element_spec` inference is not implemented for an InterleaveIterDataset of no "
+                "datasets."
+            )
+        return grain.experimental.get_element_spec(self._datasets[0])
+
     def _open(self, index: int) -> grain.DatasetIterator:
         ds = self._datasets[index]
         if isinstance(ds, grain.MapDataset):

@@ -98,6 +98,11 @@ class WindowShuffleMapDataset(OneParentMapDataset):
     def __str__(self) -> str:
         return f"WindowShuffleMapDataset(window_size={self._window}, seed={self._seed})"
 
+    @property
+    def _element_spec(self) -> Any:
+        """The parent's element spec: a window shuffle reorders elements, never changes them."""
+        return grain.experimental.get_element_spec(self._parent)
+
     def _perm(self, epoch: int, window: int) -> _seeds.IndexShuffle:
         perms = self._perms
         perm = perms.get((epoch, window))
@@ -184,6 +189,11 @@ class WindowShuffleIterDataset(OneParentIterDataset):
 
     def __str__(self) -> str:
         return f"WindowShuffleIterDataset(window_size={self._window}, seed={self._seed})"
+
+    @property
+    def _element_spec(self) -> Any:
+        """The parent's element spec: a window shuffle reorders elements, never changes them."""
+        return grain.experimental.get_element_spec(self._parent)
 
 
 class _WindowShuffleIterator(OneParentIterator):
