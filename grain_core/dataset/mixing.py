@@ -208,6 +208,8 @@ class SelectionMapDataset(MapDataset):
 class MixedIterDataset(IterDataset):
     """Iterators interleaved by weight in Grain's order; stops as soon as any input is exhausted.
 
+    A ``MapDataset`` among the inputs is read through ``to_iter_dataset()`` (Grain iterates it).
+
     Named inputs (a dict) are ordered by sorted key, as Grain's tree flattening does; restoring a
     state of a named mix restores the components it names and leaves the others where they are.
     """
@@ -237,6 +239,9 @@ class MixedIterDataset(IterDataset):
             names = None
             if isinstance(weights, Mapping):
                 raise TypeError("IterDataset.mix: weights is a dict but datasets is not.")
+        if isinstance(datasets, Sequence) and not isinstance(datasets, (MapDataset, IterDataset)):
+            # As in Grain, a MapDataset input is read as its iterator: to_iter_dataset().
+            datasets = [d.to_iter_dataset() if isinstance(d, MapDataset) else d for d in datasets]
         datasets = _check_datasets(datasets, IterDataset, "IterDataset.mix")
         super().__init__(datasets)
         self._names = names or [str(i) for i in range(len(datasets))]
