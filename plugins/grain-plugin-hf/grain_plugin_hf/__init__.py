@@ -4,7 +4,7 @@
 grain_core``) stays cheap.
 """
 
-from grain_plugin_hf.iterable import HuggingFaceIterDataset
+from grain_plugin_hf.iterable import HuggingFaceIterDataset, NotResumableError, resplit_states
 from grain_plugin_hf.source import HuggingFaceDataSource
 
-__all__ = ["HuggingFaceDataSource", "HuggingFaceIterDataset"]
+__all__ = ["HuggingFaceDataSource", "HuggingFaceIterDataset", "NotResumableError", "resplit_states"]

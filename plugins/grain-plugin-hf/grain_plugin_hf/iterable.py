@@ -4,7 +4,7 @@ The dataset is read shard by shard (``dataset.shard(num_shards, s)`` gives shard
 a reader (one JAX process's share, one ``mp_prefetch`` worker's share) reads the shards
 ``r, r + R, r + 2R, ...`` of the ``R`` readers. Inside a shard, the position is the dataset's own
 ``state_dict()``. The state records the progress of every shard the reader owns, so states of
-several readers can be re-split for another reader count (:mod:`grain_plugin_hf.resplit`).
+several readers can be re-split for another reader count (:func:`resplit_states`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from grain_core.dataset.sharing import claim_worker_share
 from grain_core.dataset.stages import SourceIterator
 from grain_core.state import StateField
 
-__all__ = ["HuggingFaceIterDataset", "NotResumableError"]
+__all__ = ["HuggingFaceIterDataset", "NotResumableError", "resplit_states"]
 
 KIND = "HuggingFaceIterDataset"
 
@@ -314,3 +314,49 @@ class HuggingFaceIterator(SourceIterator):
 
     def __str__(self) -> str:
         return f"HuggingFaceIterDataset iterator (reader {self._reader} of {self._readers})"
+
+
+def resplit_states(states: list[Mapping[str, Any]], reader: int, readers: int) -> dict[str, Any]:
+    """The state of reader ``reader`` of ``readers`` continuing where the saved ``states`` stopped.
+
+    ``states`` are the :class:`HuggingFaceIterDataset` iterator states of *every* reader of the
+    saved run (e.g. ``process_<p>-of-<N>.json`` of N JAX processes without ``mp_prefetch``): the
+    finished shards and the position inside each started shard are merged, and the new reader
+    gets its own shards (``reader, reader + readers, ...``) with their progress, so no example is
+    lost or repeated over the epoch. With ``mp_prefetch``, reader ``p + N * w`` is worker ``w`` of
+    process ``p`` of ``N``.
+
+    Raises:
+      StateMismatchError: the states are not all of one dataset, or not one of each saved reader.
+    """
+    if not states or not all(isinstance(s, Mapping) and s.get("kind") == KIND for s in states):
+        raise _state.StateMismatchError(
+            f"resplit_states takes the {KIND} iterator states of every saved reader."
+        )
+    first = states[0]
+    if any(s.get("dataset") != first.get("dataset") or s.get("num_shards") != first.get("num_shards")
+           for s in states):
+        raise _state.StateMismatchError("resplit_states: the states come from different datasets.")
+    saved_readers = first.get("readers")
+    if sorted(s.get("reader") for s in states) != list(range(int(saved_readers))) or any(
+        s.get("readers") != saved_readers for s in states
+    ):
+        raise _state.StateMismatchError(
+            f"resplit_states: need the states of all {saved_readers} saved readers, one each; got "
+            f"readers {sorted(s.get('reader') for s in states)}."
+        )
+    if not 0 <= reader < readers:
+        raise ValueError(f"resplit_states: reader {reader} is not in [0, {readers}).")
+    done = {int(x) for s in states for x in s["done"]}
+    partial = {int(k): v for s in states for k, v in s["partial"].items()}
+    num_shards = int(first["num_shards"])
+    mine = set(range(reader, num_shards, readers))
+    return _state.make_state(
+        KIND,
+        dataset=first["dataset"],
+        num_shards=num_shards,
+        reader=reader,
+        readers=readers,
+        done=sorted(done & mine),
+        partial={str(k): v for k, v in sorted(partial.items()) if k in mine and k not in done},
+    )
