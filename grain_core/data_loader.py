@@ -414,7 +414,9 @@ class DataLoader:
         """The ``IterDataset`` pipeline this loader runs."""
         return self._dataset
 
-    def _build(self, source: Any) -> IterDataset:
+    def _build(self, source: Any, remaining: Any = None) -> IterDataset:
+        """The pipeline over ``source``; with ``remaining`` (a ``dataloader_elastic.Remaining``) it
+        reads only those stream positions (a state restored on another worker count)."""
         ops = self._operations
         if any(is_custom_operation(op) for op in ops):
             return self._build_records(source)
@@ -424,6 +426,9 @@ class DataLoader:
         ds: MapDataset = _SamplerSourceMapDataset(self._sampler, source, self._shard_options)
         if split:
             ds = _OperationsMapDataset(ds, ops[:split], self._sampler, self._shard_options)
+        self._stream_len = len(ds)
+        if remaining is not None:
+            ds = remaining.wrap(ds)
         rest = ops[split:]
         filtered = any(isinstance(op, tr.Filter) for op in ops[:split])
         workers = self._mp_options.num_workers > 0
@@ -445,6 +450,7 @@ class DataLoader:
         :mod:`grain_core.operations`), per worker when there are workers."""
         self._map_batch_size = None
         ds = _SamplerSourceMapDataset(self._sampler, source, self._shard_options)
+        self._stream_len = len(ds)
         records = _RecordsMapDataset(ds, self._sampler, self._shard_options)
         it_ds = records.to_iter_dataset(self._read_options)
         it_ds = apply_on_records(it_ds, self._operations, self._shard_options.shard_count)
@@ -487,6 +493,8 @@ class DataLoaderIterator:
         self._closed = False
         self._last_state: dict[str, Any] | None = None
         self._it: DatasetIterator | None = None
+        self._remaining: Any = None  # dataloader_elastic.Remaining after a restore on another count
+        self._read_from: Any = data_loader.data_source
         self._open()
         if state is not None:
             self.set_state(state)
@@ -494,7 +502,7 @@ class DataLoaderIterator:
     def _open(self) -> None:
         loader = self._loader
         source = loader.data_source
-        dataset = loader.dataset
+        self._read_from = source
         if _is_context_manager(source):
             entered = source.__enter__()
             self._source_entered = True
@@ -504,14 +512,20 @@ class DataLoaderIterator:
                 and hasattr(entered, "__getitem__")
                 and hasattr(entered, "__len__")
             ):
-                dataset = loader._build(entered)
+                self._read_from = entered
         try:
-            self._it = iter(dataset)
+            self._it = iter(self._dataset(self._remaining))
         except BaseException:
             self._exit_source()
             raise
         self._finished = False
         self._closed = False
+
+    def _dataset(self, remaining: Any) -> IterDataset:
+        loader = self._loader
+        if remaining is None and self._read_from is loader.data_source:
+            return loader.dataset
+        return loader._build(self._read_from, remaining)
 
     def _exit_source(self) -> None:
         if self._source_entered:
@@ -558,12 +572,16 @@ class DataLoaderIterator:
 
     def get_state(self) -> bytes:
         """The position as JSON-encoded bytes."""
+        extra = {}
+        if self._remaining is not None and not self._remaining.is_whole:
+            extra["remaining"] = self._remaining.to_state()
         state = _state.make_state(
             _STATE_KIND,
             version=_STATE_VERSION,
             sampler=repr(self._loader.sampler),
             worker_count=self._loader.worker_count,
             iterator=self._inner_state(),
+            **extra,
         )
         return json.dumps(state, sort_keys=True, allow_nan=False).encode("utf-8")
 
@@ -589,16 +607,28 @@ class DataLoaderIterator:
         if self._it is None:
             self._open()
         assert self._it is not None and isinstance(state, Mapping)  # opened; expect_state checked
-        saved_workers = state.get("worker_count")
+        from grain_core.checkpoint import dataloader_elastic
+
+        # Another worker count: the positions still to read, re-split (docs/dataloader.md, "State").
+        remaining, inner = dataloader_elastic.plan(self._loader, self._read_from, state)
+        self._replace(None if remaining.is_whole else remaining, inner)
+
+    def _replace(self, remaining: Any, inner: Any) -> None:
+        """Continues at ``inner`` (None: the start) of the pipeline over ``remaining``; a state
+        refused leaves this iterator as it was."""
+        assert self._it is not None
+        if inner is not None and remaining == self._remaining:
+            self._it.set_state(inner)
+            return
+        new = iter(self._dataset(remaining))
         try:
-            self._it.set_state(state["iterator"])
-        except _state.StateMismatchError as e:
-            if saved_workers == self._loader.worker_count:
-                raise
-            raise _state.StateMismatchError(
-                f"This state was saved by a DataLoader with worker_count={saved_workers}, and cannot "
-                f"be restored into one with worker_count={self._loader.worker_count}: {e}"
-            ) from e
+            if inner is not None:
+                new.set_state(inner)
+        except BaseException:
+            new.close()
+            raise
+        old, self._it, self._remaining = self._it, new, remaining
+        old.close()
 
     def _set_grain_state(self, state: dict[str, Any]) -> None:
         """Restores the JSON state a Grain ``DataLoaderIterator`` saved (same loader definition)."""
@@ -614,6 +644,8 @@ class DataLoaderIterator:
         if self._it is None:
             self._open()
         assert self._it is not None
+        if self._remaining is not None:
+            self._replace(None, None)
         if loader.worker_count:
             self._it.set_state(
                 _grain_states.dataloader_mp_state(state, worker_count=loader.worker_count, **shards)
