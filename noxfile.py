@@ -282,6 +282,7 @@ def bench(session: nox.Session) -> None:
 def train_e2e(session: nox.Session) -> None:
     """The end-to-end training-loop benchmark (benchmarks/train_e2e.py), small and on CPU."""
     _install_everything(session)
+    _install(session, "pillow")
     session.run(
         "python", "benchmarks/train_e2e.py", "--small", *session.posargs, env={"JAX_PLATFORMS": "cpu"}
     )

@@ -1,9 +1,12 @@
 """End-to-end training-loop benchmark (issue 14): does the input pipeline keep a train step fed?
 
-Two loops, each timed three ways:
+Three loops, each timed three ways:
 
 * vision: ArrayRecord of 32x32x3 images -> shuffle -> decode + random flip -> batch 256 ->
   ``mp_prefetch`` -> ``device_put`` -> a small JAX CNN SGD step;
+* vision from JPEG: JPEG bytes (96x96, written with Pillow) -> shuffle -> decode + random 64x64
+  crop + flip + normalise (``image_work``, the work of ``bench_images``) -> batch 256 ->
+  ``mp_prefetch`` -> ``device_put`` -> the same CNN;
 * LM: token documents (16-512 tokens) -> ``FirstFitPackIterDataset`` into rows of 1024 ->
   batch -> ``device_put`` -> a small one-layer transformer SGD step (attention within segments).
 
@@ -54,6 +57,14 @@ def augment(x: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.
     if rng.random() < 0.5:
         img = img[:, ::-1]
     return {"image": (img.astype(np.float32) - 127.5) / 127.5, "label": x["label"]}
+
+
+def jpeg_example(record: tuple[bytes, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A ``(jpeg_bytes, label)`` pair to a training example: decoded, cropped, flipped, normalised."""
+    from image_work import decode_augment
+
+    data, label = record
+    return {"image": decode_augment(data, rng), "label": np.int32(label)}
 
 
 def make_docs(n: int) -> list[dict[str, np.ndarray]]:
@@ -215,6 +226,23 @@ def main() -> None:
         vision = grain.experimental.device_put(vision, device)
         params, step = cnn(width)
         run_loop("vision: ArrayRecord 32x32 -> CNN, batch 256", vision, params, step, steps)
+
+        from image_work import make_jpegs
+
+        jpegs = [(data, i % 10) for i, data in enumerate(make_jpegs(1024 if small else 20_000))]
+        vision_jpeg = (
+            grain.MapDataset.source(jpegs)
+            .seed(0)
+            .shuffle()
+            .random_map(jpeg_example)
+            .repeat()
+            .batch(256, drop_remainder=True)
+            .to_iter_dataset()
+            .mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        )
+        vision_jpeg = grain.experimental.device_put(vision_jpeg, device)
+        params, step = cnn(width)
+        run_loop("vision: JPEG 96px -> crop 64 -> CNN, batch 256", vision_jpeg, params, step, steps)
 
         docs = make_docs(4000 if small else 100_000)
         rows = 8 if small else 32
