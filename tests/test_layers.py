@@ -86,7 +86,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("plugin registry", ("grain_core.lazy", "grain_core.plugins", "grain_core.plugins.*")),
-    ("utilities", ("grain_core.validation", "grain_core.suggest", "grain_core._safepath")),
+    (
+        "utilities",
+        (
+            "grain_core.validation",
+            "grain_core.suggest",
+            "grain_core._safepath",
+            "grain_core.filesystems",
+        ),
+    ),
 ]
 
 

@@ -22,7 +22,9 @@ from typing import Any, Protocol, SupportsIndex, runtime_checkable
 import numpy as np
 
 import grain_core as grain
+import grain_core.filesystems as filesystems
 from grain_core.validation import check_indices, check_int
+from grain_plugin_arrayrecord.remote import ChunkReadError, RemoteReader
 
 __all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike", "RecordReadError"]
 
@@ -105,6 +107,19 @@ def _is_remote(path: str) -> bool:
     return "://" in path
 
 
+def _expand_remote(path: str, filesystem: Any, storage_options: Any) -> list[str]:
+    """A remote pattern's sorted matches (as URLs when ``path`` is one); other paths as given."""
+    if not glob.has_magic(path):
+        return [path]
+    fs, inner = filesystems.resolve_filesystem(
+        path, filesystem, storage_options, "ArrayRecordDataSource"
+    )
+    matches = sorted(fs.glob(inner))
+    if not matches:
+        raise FileNotFoundError(f"ArrayRecordDataSource: no file matches the pattern {path!r}.")
+    return [fs.unstrip_protocol(m) if _is_remote(path) else m for m in matches]
+
+
 def _expand(path: str) -> list[str]:
     if not _is_remote(path) and glob.has_magic(path):
         matches = sorted(glob.glob(path))
@@ -185,11 +200,23 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
       paths: a path, a glob pattern, a ``FileInstruction``-like object (``filename``, ``skip``,
         ``take``, ``examples_in_shard``), or a sequence of these. Patterns expand to their sorted
         matches. Records are numbered file after file, in the order given.
+      filesystem: an fsspec filesystem (or ``pyarrow.fs.FileSystem``) holding every path, e.g.
+        ``s3fs.S3FileSystem(endpoint_url=...)``: all files are then read remotely.
+      storage_options: options for the URLs' default fsspec filesystems (e.g. credentials);
+        only one of ``filesystem`` / ``storage_options``. With neither, ``s3://``, ``gs://``,
+        ``http(s)://``, ``memory://``... paths use fsspec's default filesystem and its usual
+        environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``... for S3).
       reader_options: ArrayRecord reader options, e.g. ``{"index_storage_option": "in_memory"}``
         (a dict, or the reader's own ``"key:value,..."`` string). ``readahead_buffer_size`` defaults
         to ``0`` (best for random access). ``max_parallelism`` does not limit the reads the source
         makes: the reader's batched ``read(indices)`` always spreads a call over its process-wide
-        pool of 64 threads (see docs/sources.md, "Performance").
+        pool of 64 threads (see docs/sources.md, "Performance"). Used for local files only.
+
+    Local files are read by array_record's C++ reader; URLs and files of an explicit
+    ``filesystem`` by this plugin's own reader of the format (``remote.RemoteReader``): each file's
+    footer index is read once (cached, bounded), and the records of one ``__getitems__`` call
+    become concurrent, coalesced byte-range reads, retried with bounded backoff on transient
+    errors (docs/sources.md, "Remote data").
 
     Contract: ``len`` is the total of the files' (or instructions') record counts, counted lazily on
     first use; ``source[i]`` returns record ``i``'s bytes (negative ``i`` counts from the end);
@@ -213,7 +240,11 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         self,
         paths: PathOrInstruction | Sequence[PathOrInstruction],
         reader_options: Mapping[str, Any] | str | None = None,
+        *,
+        filesystem: Any = None,
+        storage_options: Mapping[str, Any] | None = None,
     ):
+        filesystems.check_filesystem_args(filesystem, storage_options, "ArrayRecordDataSource")
         if isinstance(paths, (str, os.PathLike)) or _is_instruction(paths):
             paths = [paths]
         try:
@@ -241,7 +272,12 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                 counts.append(fi.take)
                 skips.append(fi.skip)
             elif isinstance(item, (str, os.PathLike)):
-                for p in _expand(os.fspath(item)):
+                p0 = os.fspath(item)
+                local = filesystems.is_local(p0, filesystem) and not p0.startswith("file://")
+                expanded = (
+                    _expand(p0) if local else _expand_remote(p0, filesystem, storage_options)
+                )
+                for p in expanded:
                     files.append(p)
                     counts.append(None)
                     skips.append(0)
@@ -254,7 +290,18 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         self._given_counts = counts
         self._skips = np.asarray(skips, dtype=np.int64)
         self._reader_options = _options_string(reader_options)
+        self._filesystem = filesystem
+        self._storage_options = None if storage_options is None else dict(storage_options)
         self._init_runtime()
+
+    def _open(self, f: int) -> Any:
+        path = self._files[f]
+        if filesystems.is_local(path, self._filesystem) and not path.startswith("file://"):
+            return _open_reader(path, self._reader_options)
+        fs, inner = filesystems.resolve_filesystem(
+            path, self._filesystem, self._storage_options, "ArrayRecordDataSource"
+        )
+        return RemoteReader(fs, inner, name=path)
 
     # --- runtime state (never pickled) -----------------------------------------------------------
 
@@ -289,7 +336,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         with self._lock:
             r = self._readers[f]
             if r is None:
-                r = _open_reader(self._files[f], self._reader_options)
+                r = self._open(f)
                 self._readers[f] = r
             self._users[r] = self._users.get(r, 0) + 1
         try:
@@ -304,6 +351,19 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
 
     def _read(self, f: int, local: list[int]) -> list[bytes]:
         with self._using(f) as r:
+            if isinstance(r, RemoteReader):
+                try:
+                    return r.read(local)
+                except ChunkReadError as e:
+                    starts, _ = self._index()
+                    index = int(starts[f]) + e.record - int(self._skips[f])
+                    raise RecordReadError(
+                        f"ArrayRecordDataSource: record {index} (record {e.record} of file "
+                        f"{self._files[f]!r}) cannot be read: {e}",
+                        self._files[f],
+                        index,
+                        e.record,
+                    ) from e
             try:
                 return r.read(local)
             except Exception as e:  # e.g. "Corrupted Riegeli/records file ...": locate the record

@@ -1,0 +1,296 @@
+"""Real storage servers on loopback, for testing sources that read remote files.
+
+* :class:`RangeHTTPServer` serves files (a directory, or a dict of name -> bytes) over HTTP/1.1
+  with ``Range`` requests, an optional fixed latency per request, and injectable transient
+  failures (``fail_next(n)``: the next ``n`` requests answer 503). It counts requests, so tests can
+  check how many round trips a read took without timing anything. Read it with fsspec's
+  ``HTTPFileSystem`` (``http://127.0.0.1:<port>/<name>``, needs ``aiohttp``).
+* :class:`S3Server` runs moto's S3-compatible server (``moto[server]``) on loopback and hands out
+  ``storage_options`` / an ``s3fs`` filesystem configured for it.
+
+Both are context managers: ``with RangeHTTPServer(files) as server: ...``. Leaving the block stops
+the server, closes every connection it accepted and joins its threads (bounded waits).
+
+Run a range server on its own (e.g. in another process for a benchmark)::
+
+    python -m grain_core.testing.servers DIRECTORY --latency 0.02
+
+prints ``port <n>`` on its first line and serves until stdin closes.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["RangeHTTPServer", "S3Server"]
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+_JOIN_TIMEOUT_S = 10.0
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: connections are reused like a real object store
+    timeout = 60  # an idle connection's thread ends after this long
+
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _body(self) -> bytes | None:
+        owner = self.server.owner
+        with owner._lock:
+            owner.requests += 1
+            failing = owner._fail > 0
+            if failing:
+                owner._fail -= 1
+        if owner.latency_s:
+            time.sleep(owner.latency_s)
+        if failing:
+            self._send(503, b"injected failure")
+            return None
+        data = owner._lookup(self.path.split("?", 1)[0].lstrip("/"))
+        if data is None:
+            self._send(404, b"not found")
+        return data
+
+    def _send(self, code: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        data = self._body()
+        if data is None:
+            return
+        size = len(data)
+        spec = self.headers.get("Range")
+        m = _RANGE.match(spec.strip()) if spec else None
+        if spec is None or m is None or not (m.group(1) or m.group(2)):
+            self._send(200, data, {"Accept-Ranges": "bytes"})
+            return
+        if m.group(1):
+            start = int(m.group(1))
+            end = min(int(m.group(2)) + 1, size) if m.group(2) else size
+        else:
+            start, end = max(size - int(m.group(2)), 0), size
+        if start >= size or start >= end:
+            self._send(416, b"", {"Content-Range": f"bytes */{size}"})
+            return
+        self._send(
+            206,
+            data[start:end],
+            {"Content-Range": f"bytes {start}-{end - 1}/{size}", "Accept-Ranges": "bytes"},
+        )
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = False  # server_close() joins the handler threads
+    owner: RangeHTTPServer
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, addr = super().get_request()
+        with self.owner._lock:
+            self.owner._sockets.add(sock)
+        return sock, addr
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.owner._lock:
+            self.owner._sockets.discard(request)
+        super().shutdown_request(request)
+
+
+class RangeHTTPServer:
+    """An HTTP server on ``127.0.0.1`` serving ``files`` with byte ranges.
+
+    Args:
+      files: a directory (its files by relative path) or a mapping of name -> bytes.
+      latency_s: seconds each request waits before it is answered (in its own thread, so
+        concurrent requests overlap like on a real network).
+
+    Attributes: ``url`` (``http://127.0.0.1:<port>``), ``port``, ``requests`` (requests answered
+    so far, HEAD included).
+    """
+
+    def __init__(self, files: str | os.PathLike | Mapping[str, bytes], latency_s: float = 0.0):
+        if isinstance(files, (str, os.PathLike)):
+            self._dir: str | None = os.path.abspath(os.fspath(files))
+            if not os.path.isdir(self._dir):
+                raise NotADirectoryError(f"RangeHTTPServer: {self._dir!r} is not a directory.")
+            self._files: dict[str, bytes] = {}
+        elif isinstance(files, Mapping):
+            self._dir, self._files = None, {str(k): bytes(v) for k, v in files.items()}
+        else:
+            raise TypeError(
+                f"RangeHTTPServer: files must be a directory or a mapping, got {type(files).__name__}."
+            )
+        if latency_s < 0:
+            raise ValueError(f"RangeHTTPServer: latency_s must be >= 0, got {latency_s}.")
+        self.latency_s = float(latency_s)
+        self.requests = 0
+        self._fail = 0
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def _lookup(self, name: str) -> bytes | None:
+        if self._dir is None:
+            return self._files.get(name)
+        path = os.path.realpath(os.path.join(self._dir, name))
+        if not path.startswith(self._dir + os.sep) or not os.path.isfile(path):
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    def put(self, name: str, data: bytes) -> None:
+        """Serves ``data`` as ``name`` (mapping-backed servers only)."""
+        if self._dir is not None:
+            raise TypeError("RangeHTTPServer.put: this server serves a directory; write the file.")
+        self._files[name] = bytes(data)
+
+    def fail_next(self, n: int) -> None:
+        """The next ``n`` requests answer ``503 Service Unavailable`` (a transient failure)."""
+        with self._lock:
+            self._fail = int(n)
+
+    def start(self) -> RangeHTTPServer:
+        if self._server is not None:
+            return self
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.owner = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("RangeHTTPServer is not started (use it in a with block).")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        """Stops serving, closes open connections and joins every thread (bounded)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        with self._lock:
+            sockets = list(self._sockets)
+        for s in sockets:  # wake handler threads blocked on idle keep-alive connections
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        server.server_close()  # joins handler threads (they end once their socket is shut)
+        if self._thread is not None:
+            self._thread.join(_JOIN_TIMEOUT_S)
+
+    def __enter__(self) -> RangeHTTPServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class S3Server:
+    """moto's S3-compatible server on ``127.0.0.1`` (needs ``moto[server]``; ``s3fs`` for
+    :meth:`filesystem`). ``endpoint_url`` is its address; :attr:`storage_options` configure
+    ``s3fs`` for it (fixed test credentials, path-style addressing)."""
+
+    KEY = "testing"
+    SECRET = "testing"
+
+    def __init__(self, start_timeout_s: float = 30.0):
+        self._timeout = start_timeout_s
+        self._server: Any = None
+
+    def start(self) -> S3Server:
+        import logging
+
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on stderr
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        starter = threading.Thread(target=server.start, daemon=True)
+        starter.start()
+        starter.join(self._timeout)  # ThreadedMotoServer.start waits without a bound
+        if starter.is_alive():
+            raise RuntimeError(f"S3Server: moto did not start within {self._timeout} s.")
+        self._server = server
+        return self
+
+    @property
+    def endpoint_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("S3Server is not started (use it in a with block).")
+        host, port = self._server.get_host_and_port()
+        return f"http://{host}:{port}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """``storage_options`` for ``s3://`` paths served here."""
+        return {
+            "key": self.KEY,
+            "secret": self.SECRET,
+            "client_kwargs": {"endpoint_url": self.endpoint_url},
+            "skip_instance_cache": True,
+        }
+
+    def filesystem(self) -> Any:
+        """A fresh ``s3fs.S3FileSystem`` talking to this server."""
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.storage_options)
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            stopper = threading.Thread(target=server.stop, daemon=True)
+            stopper.start()
+            stopper.join(_JOIN_TIMEOUT_S)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m grain_core.testing.servers DIR [--latency S]``: serves DIR until stdin closes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("directory")
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    with RangeHTTPServer(args.directory, latency_s=args.latency) as server:
+        print(f"port {server.port}", flush=True)
+        sys.stdin.read()  # the parent closes stdin (or exits) to stop the server
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,295 @@
+"""Random access to an ArrayRecord file on any fsspec filesystem (S3, GCS, HTTP, memory, ...).
+
+``RemoteReader`` offers the two calls ``ArrayRecordDataSource`` makes of array_record's C++ reader
+(``num_records()``, ``read(indices)``) over byte-range reads:
+
+* **index**: on first use the file's size, its last block (the postscript) and its footer are read
+  (one or two range requests after the size: the last 256 KiB come in one request, enough for the
+  footer of files up to ~12,000 chunks). Indexes are kept in a process-wide LRU bounded by bytes
+  (:data:`INDEX_CACHE_BYTES`), so a source over many files re-reads an index only after eviction.
+* **reads**: ``read(indices)`` maps the indices to the chunks that hold them, takes decoded chunks
+  from a process-wide LRU (bounded by :data:`CHUNK_CACHE_BYTES`; only chunks of several records are
+  kept, so sequential reads of big chunks decode each chunk once), coalesces the byte spans of the
+  other chunks (two spans closer than ``max_gap`` bytes become one request, no request above
+  ``max_request`` bytes unless one chunk is bigger) and fetches them concurrently with
+  :func:`grain_core.filesystems.read_ranges` (``concurrency`` requests in flight, transient errors
+  retried with bounded backoff), at most ``max_inflight`` bytes per wave. A shuffled batch costs
+  one round trip per wave, not one per record.
+* **errors**: a damaged or truncated chunk is an ``ArrayRecordFormatError`` (a ``ValueError``)
+  naming the file and the byte offset; ``ChunkReadError`` adds the first record asked of it.
+
+Files are assumed not to change while they are read (as with any object store reader).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+import grain_core.filesystems as filesystems
+from grain_plugin_arrayrecord import riegeli
+
+__all__ = ["CHUNK_CACHE_BYTES", "INDEX_CACHE_BYTES", "ChunkReadError", "RemoteReader"]
+
+INDEX_CACHE_BYTES = 256 << 20
+CHUNK_CACHE_BYTES = 64 << 20
+_TAIL_BYTES = 256 << 10
+
+
+class ChunkReadError(riegeli.ArrayRecordFormatError):
+    """A chunk holding asked records cannot be decoded; ``record`` is the first such record's
+    number in the file."""
+
+    def __init__(self, error: riegeli.ArrayRecordFormatError, record: int):
+        ValueError.__init__(self, str(error))
+        self.path, self.offset, self.record = error.path, error.offset, record
+
+    def __reduce__(self):
+        return (_rebuild_chunk_error, (str(self), self.path, self.offset, self.record))
+
+
+def _rebuild_chunk_error(message: str, path: str, offset: int, record: int) -> ChunkReadError:
+    err = ChunkReadError.__new__(ChunkReadError)
+    ValueError.__init__(err, message)
+    err.path, err.offset, err.record = path, offset, record
+    return err
+
+
+class _LRU:
+    """A thread-safe LRU of values with an ``nbytes``, bounded by their total bytes."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        size = value.nbytes
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._items[key] = value
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+_INDEXES = _LRU(INDEX_CACHE_BYTES)
+_CHUNKS = _LRU(CHUNK_CACHE_BYTES)
+
+
+def clear_caches() -> None:
+    """Forgets every cached index and decoded chunk (e.g. after files were rewritten)."""
+    _INDEXES.clear()
+    _CHUNKS.clear()
+
+
+def coalesce(
+    begins: np.ndarray, ends: np.ndarray, max_gap: int, max_request: int
+) -> list[tuple[int, int, int, int]]:
+    """Groups sorted spans into requests: ``(first span, last span + 1, request begin, request
+    end)``; neighbours closer than ``max_gap`` join while the request stays within
+    ``max_request`` bytes."""
+    out = []
+    i, n = 0, len(begins)
+    while i < n:
+        j, b, e = i + 1, int(begins[i]), int(ends[i])
+        while j < n and int(begins[j]) - e <= max_gap and int(ends[j]) - b <= max_request:
+            e = int(ends[j])
+            j += 1
+        out.append((i, j, b, e))
+        i = j
+    return out
+
+
+class RemoteReader:
+    """Random access to the ArrayRecord file ``path`` of fsspec filesystem ``fs``.
+
+    Thread-safe: several threads may call ``read`` at once. ``name`` is how errors name the file
+    (defaults to ``path``). See the module docstring for the caches, coalescing and retries.
+    """
+
+    def __init__(
+        self,
+        fs: Any,
+        path: str,
+        *,
+        name: str | None = None,
+        retry: filesystems.RetryPolicy | None = None,
+        concurrency: int = 64,
+        max_gap: int = 64 << 10,
+        max_request: int = 8 << 20,
+        max_inflight: int = 64 << 20,
+    ):
+        self._fs, self._path, self.name = fs, path, name or path
+        self._retry = retry or filesystems.RetryPolicy()
+        self._concurrency, self._max_gap = concurrency, max_gap
+        self._max_request, self._max_inflight = max_request, max_inflight
+        self._key = (fs, path)
+        self._index_lock = threading.Lock()
+
+    # --- index ----------------------------------------------------------------------------------
+
+    def _ranges(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        return filesystems.read_ranges(
+            self._fs,
+            self._path,
+            starts,
+            ends,
+            retry=self._retry,
+            concurrency=self._concurrency,
+        )
+
+    def index(self) -> riegeli.FileIndex:
+        """The file's index (read once, then from the process-wide cache)."""
+        found = _INDEXES.get(self._key)
+        if found is not None:
+            return found
+        with self._index_lock:
+            found = _INDEXES.get(self._key)
+            if found is None:
+                found = self._load_index()
+                _INDEXES.put(self._key, found)
+            return found
+
+    def _load_index(self) -> riegeli.FileIndex:
+        try:
+            size = filesystems.file_size(self._fs, self._path, self._retry)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"ArrayRecordDataSource: no such file: {self.name!r}.") from e
+        if size < riegeli.BLOCK_SIZE or size % riegeli.BLOCK_SIZE:
+            raise riegeli.ArrayRecordFormatError(
+                f"the file has {size} bytes; ArrayRecord files end on a {riegeli.BLOCK_SIZE}-byte "
+                "block boundary (their postscript fills the last block), so it is truncated or "
+                "not an ArrayRecord file",
+                self.name,
+                size,
+            )
+        ps = ((size - 1) // riegeli.BLOCK_SIZE) * riegeli.BLOCK_SIZE
+        first = max(0, min(ps, size - _TAIL_BYTES))
+        (tail,) = self._ranges([first], [size])
+        self._check_length(tail, first, size)
+        footer = riegeli.parse_postscript(memoryview(tail)[ps - first :], ps, size, self.name)
+        if footer >= first:
+            raw = memoryview(tail)[footer - first : ps - first]
+        else:
+            (raw,) = self._ranges([footer], [ps])
+            self._check_length(raw, footer, ps)
+        return riegeli.parse_footer(raw, footer, size, self.name)
+
+    def _check_length(self, data: bytes, begin: int, end: int) -> None:
+        if len(data) != end - begin:
+            raise riegeli.ArrayRecordFormatError(
+                f"asked bytes [{begin}, {end}) and got {len(data)} (the file ends early or "
+                "changed while being read)",
+                self.name,
+                begin + len(data),
+            )
+
+    def num_records(self) -> int:
+        return self.index().num_records
+
+    def ok(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing to release (no file handle is held between reads)."""
+
+    # --- records --------------------------------------------------------------------------------
+
+    def read(self, indices: Sequence[int]) -> list[bytes]:
+        """Records ``indices`` (numbers in this file, each in ``[0, num_records())``), in order."""
+        idx = self.index()
+        keys = np.asarray(indices, dtype=np.int64)
+        if keys.size == 0:
+            return []
+        if keys.min() < 0 or keys.max() >= idx.num_records:
+            raise IndexError(
+                f"record numbers must be in [0, {idx.num_records}) for {self.name!r}, got "
+                f"{int(keys.min())}..{int(keys.max())}."
+            )
+        cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
+        uniq = np.unique(cids)
+        chunks: dict[int, riegeli.Chunk] = {}
+        missing = []
+        for c in uniq.tolist():
+            got = _CHUNKS.get((self._key, c))
+            if got is None:
+                missing.append(c)
+            else:
+                chunks[c] = got
+        if missing:
+            self._fetch_chunks(np.asarray(missing, dtype=np.int64), idx, keys, cids, chunks)
+        local = keys - idx.record_starts[cids]
+        out = []
+        for c, i in zip(cids.tolist(), local.tolist()):
+            out.append(chunks[c].record(i))
+        return out
+
+    def _fetch_chunks(
+        self,
+        missing: np.ndarray,
+        idx: riegeli.FileIndex,
+        keys: np.ndarray,
+        cids: np.ndarray,
+        chunks: dict[int, riegeli.Chunk],
+    ) -> None:
+        begins, ends = idx.chunk_offsets[missing], idx.chunk_offsets[missing + 1]
+        requests = coalesce(begins, ends, self._max_gap, self._max_request)
+        wave: list[tuple[int, int, int, int]] = []
+        wave_bytes = 0
+        for req in requests + [None]:  # type: ignore[list-item]
+            if req is not None and (not wave or wave_bytes + req[3] - req[2] <= self._max_inflight):
+                wave.append(req)
+                wave_bytes += req[3] - req[2]
+                continue
+            datas = self._ranges([r[2] for r in wave], [r[3] for r in wave])
+            for (i, j, b, e), data in zip(wave, datas):
+                self._check_length(data, b, e)
+                view = memoryview(data)
+                for k in range(i, j):
+                    c, cb, ce = int(missing[k]), int(begins[k]), int(ends[k])
+                    try:
+                        chunk = riegeli.decode_chunk(view[cb - b : ce - b], cb, self.name)
+                    except riegeli.ArrayRecordFormatError as err:
+                        first = int(keys[cids == c].min())
+                        raise ChunkReadError(err, first) from err
+                    expected = int(idx.record_starts[c + 1] - idx.record_starts[c])
+                    if len(chunk.ends) != expected:
+                        err = riegeli.ArrayRecordFormatError(
+                            f"the chunk holds {len(chunk.ends)} records, the footer says {expected}",
+                            self.name,
+                            cb,
+                        )
+                        raise ChunkReadError(err, int(keys[cids == c].min()))
+                    chunks[c] = chunk
+                    if expected > 1:
+                        _CHUNKS.put((self._key, c), chunk)
+            if req is None:
+                break
+            wave, wave_bytes = [req], req[3] - req[2]

@@ -1,0 +1,322 @@
+"""Decoding the ArrayRecord file format (Riegeli/records with an ArrayRecord footer), from bytes.
+
+Written from the public format descriptions (Riegeli's ``records_format`` document and ArrayRecord's
+``layout.proto``); nothing here does I/O, so the remote reader (``remote.py``) decides which byte
+ranges to fetch and this module turns them into records.
+
+The layout, briefly:
+
+* the file is cut into 64 KiB blocks; a 24-byte *block header* sits at every multiple of 64 KiB and
+  interrupts whatever chunk crosses it (they are skipped when reading a chunk);
+* a *chunk* is a 40-byte header (``header_hash``, ``data_size``, ``data_hash``, ``chunk_type`` (1
+  byte), ``num_records`` (7 bytes), ``decoded_data_size``, all little-endian) and ``data_size`` bytes
+  of data, then padding;
+* ArrayRecord writes one *simple chunk* (type ``'r'``) per group of records: a compression byte,
+  the varint size of the compressed record sizes, the compressed sizes (one varint per record) and
+  the compressed concatenated values. Compression 0 is none; ``'z'`` zstd, ``'b'`` brotli and
+  ``'s'`` snappy buffers start with their decompressed size as a varint;
+* after the data chunks comes a *footer* chunk: record 0 a ``RiegeliFooterMetadata`` proto, then one
+  ``ArrayRecordFooter`` proto (``chunk_offset``, ``decoded_data_size``, ``num_records``) per chunk;
+* the last 64 KiB block holds the *postscript* chunk: three copies of a ``RiegeliPostscript`` proto
+  (``footer_offset``, ``magic``).
+
+Hashes (HighwayHash) are not verified; every size, count, offset and the postscript's magic are, so
+a truncated or damaged file is an ``ArrayRecordFormatError`` naming the file and the byte offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+
+BLOCK_SIZE = 1 << 16
+BLOCK_HEADER_SIZE = 24
+CHUNK_HEADER_SIZE = 40
+POSTSCRIPT_MAGIC = 0x71930E704FDAE05E  # RiegeliPostscript.magic as array_record writes it
+CHUNK_SIMPLE = ord("r")
+CHUNK_TRANSPOSED = ord("t")
+_HEADER = struct.Struct("<QQQQQ")
+
+
+class ArrayRecordFormatError(ValueError):
+    """Bytes that are not a valid ArrayRecord file (truncated, damaged or of another format).
+    ``path`` names the file and ``offset`` the byte position where decoding failed."""
+
+    def __init__(self, message: str, path: str, offset: int):
+        super().__init__(
+            f"ArrayRecord file {path!r}, byte offset {offset}: {message}. The file is corrupted, "
+            "truncated or not an ArrayRecord file; re-create or re-copy it."
+        )
+        self.path, self.offset = path, offset
+
+    def __reduce__(self):
+        return (_rebuild, (str(self), self.path, self.offset))
+
+
+def _rebuild(message: str, path: str, offset: int) -> ArrayRecordFormatError:
+    err = ArrayRecordFormatError.__new__(ArrayRecordFormatError)
+    ValueError.__init__(err, message)
+    err.path, err.offset = path, offset
+    return err
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIndex:
+    """Where a file's records are: chunk ``c`` starts at byte ``chunk_offsets[c]`` and ends where
+    the next one starts (``chunk_offsets[-1]`` is the footer's offset); it holds records
+    ``record_starts[c]`` to ``record_starts[c + 1] - 1``."""
+
+    size: int
+    chunk_offsets: np.ndarray  # int64, num_chunks + 1
+    record_starts: np.ndarray  # int64, num_chunks + 1
+
+    @property
+    def num_records(self) -> int:
+        return int(self.record_starts[-1])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.chunk_offsets.nbytes + self.record_starts.nbytes)
+
+
+def strip_block_headers(data: bytes | memoryview, begin: int) -> bytes:
+    """The bytes of file range ``[begin, begin + len(data))`` without the block headers in it (a
+    range starting inside a block header loses that header's remaining bytes)."""
+    end = begin + len(data)
+    first = -(-begin // BLOCK_SIZE) * BLOCK_SIZE  # first block boundary >= begin
+    if begin % BLOCK_SIZE and begin % BLOCK_SIZE < BLOCK_HEADER_SIZE:
+        first = begin - begin % BLOCK_SIZE
+    if first >= end:
+        return bytes(data)
+    mv = memoryview(data)
+    parts = []
+    pos = begin
+    for b in range(first, end, BLOCK_SIZE):
+        if b > pos:
+            parts.append(mv[pos - begin : b - begin])
+        pos = max(pos, min(b + BLOCK_HEADER_SIZE, end))
+    parts.append(mv[pos - begin :])
+    return b"".join(parts)
+
+
+def read_varint(buf: bytes | memoryview, pos: int, path: str, offset: int) -> tuple[int, int]:
+    """``(value, next position)`` of the varint64 at ``buf[pos]``."""
+    value = shift = 0
+    for i in range(pos, min(pos + 10, len(buf))):
+        byte = buf[i]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i + 1
+        shift += 7
+    raise ArrayRecordFormatError("a varint runs past its buffer", path, offset + pos)
+
+
+def varints(buf: bytes | memoryview, count: int, path: str, offset: int) -> np.ndarray:
+    """``count`` concatenated varint64s of ``buf`` (vectorised), as int64."""
+    b = np.frombuffer(buf, dtype=np.uint8)
+    ends = np.flatnonzero(b < 0x80)
+    if len(ends) != count or (count and ends[-1] != len(b) - 1):
+        raise ArrayRecordFormatError(
+            f"expected {count} record sizes, found {len(ends)} in {len(b)} bytes", path, offset
+        )
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    if int((ends - starts).max()) >= 10:
+        raise ArrayRecordFormatError("a record size is not a valid varint", path, offset)
+    pos = np.arange(len(b)) - np.repeat(starts, ends - starts + 1)
+    vals = (b & 0x7F).astype(np.uint64) << (7 * pos).astype(np.uint64)
+    return np.add.reduceat(vals, starts).astype(np.int64)
+
+
+def decompress(buf: bytes | memoryview, compression: int, path: str, offset: int) -> bytes:
+    """A Riegeli compressed buffer's contents (0: none, 'z' zstd, 'b' brotli, 's' snappy)."""
+    if compression == 0:
+        return bytes(buf)
+    size, pos = read_varint(buf, 0, path, offset)
+    import cramjam
+
+    body = bytes(buf[pos:])
+    try:
+        if compression == ord("z"):
+            out = cramjam.zstd.decompress(body, output_len=size)
+        elif compression == ord("b"):
+            out = cramjam.brotli.decompress(body, output_len=size)
+        elif compression == ord("s"):
+            out = cramjam.snappy.decompress_raw(body, output_len=size)
+        else:
+            raise ArrayRecordFormatError(f"unknown compression type {compression:#x}", path, offset)
+    except ArrayRecordFormatError:
+        raise
+    except Exception as e:  # cramjam.DecompressionError and friends
+        raise ArrayRecordFormatError(f"cannot decompress ({e})", path, offset) from e
+    data = bytes(memoryview(out))
+    if len(data) != size:
+        raise ArrayRecordFormatError(
+            f"decompressed {len(data)} bytes where the chunk promises {size}", path, offset
+        )
+    return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """A decoded simple chunk: record ``i`` is ``values[ends[i] - sizes[i] : ends[i]]``."""
+
+    values: bytes
+    ends: np.ndarray  # int64 cumulative record ends
+
+    def record(self, i: int) -> bytes:
+        start = int(self.ends[i - 1]) if i else 0
+        return self.values[start : int(self.ends[i])]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.values) + self.ends.nbytes
+
+
+def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
+    """Decodes the chunk starting at file byte ``begin`` from ``raw``, the file's bytes from
+    ``begin`` on (block headers included; at least up to the chunk's end)."""
+    data = strip_block_headers(raw, begin)
+    if len(data) < CHUNK_HEADER_SIZE:
+        raise ArrayRecordFormatError(
+            f"a chunk header needs {CHUNK_HEADER_SIZE} bytes, only {len(data)} are there",
+            path,
+            begin,
+        )
+    _, data_size, _, type_and_count, decoded_size = _HEADER.unpack_from(data, 0)
+    chunk_type, num_records = type_and_count & 0xFF, type_and_count >> 8
+    body = memoryview(data)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + data_size]
+    if len(body) != data_size:
+        raise ArrayRecordFormatError(
+            f"the chunk holds {data_size} bytes of data but the file ends after {len(body)}",
+            path,
+            begin,
+        )
+    if chunk_type == CHUNK_TRANSPOSED:
+        raise ArrayRecordFormatError(
+            "transposed chunks (written with the 'transpose' option) are not supported by the "
+            "remote reader; copy the file locally or write it without 'transpose'",
+            path,
+            begin,
+        )
+    if chunk_type != CHUNK_SIMPLE:
+        raise ArrayRecordFormatError(
+            f"expected a simple chunk (type 'r'), found type {chunk_type:#x}", path, begin
+        )
+    if not body:
+        raise ArrayRecordFormatError("a simple chunk without data", path, begin)
+    compression = body[0]
+    sizes_len, pos = read_varint(body, 1, path, begin + CHUNK_HEADER_SIZE)
+    if pos + sizes_len > len(body):
+        raise ArrayRecordFormatError("the record sizes run past the chunk", path, begin)
+    sizes_raw = decompress(body[pos : pos + sizes_len], compression, path, begin)
+    if num_records == 1:  # one record per chunk (group_size:1): no array work
+        size, end = read_varint(sizes_raw, 0, path, begin)
+        if end != len(sizes_raw):
+            raise ArrayRecordFormatError("a one-record chunk with several sizes", path, begin)
+        sizes = np.array([size], dtype=np.int64)
+    else:
+        sizes = varints(sizes_raw, num_records, path, begin)
+    values = decompress(body[pos + sizes_len :], compression, path, begin)
+    ends = np.cumsum(sizes)
+    total = int(ends[-1]) if len(ends) else 0
+    if total != len(values) or len(values) != decoded_size:
+        raise ArrayRecordFormatError(
+            f"record sizes add up to {total} bytes, the chunk holds {len(values)} and promises "
+            f"{decoded_size}",
+            path,
+            begin,
+        )
+    return Chunk(values, ends)
+
+
+def _proto_uints(buf: bytes, path: str, offset: int) -> dict[int, int]:
+    """The varint fields of a flat protobuf message (other wire types are skipped)."""
+    out: dict[int, int] = {}
+    pos = 0
+    while pos < len(buf):
+        key, pos = read_varint(buf, pos, path, offset)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            out[field], pos = read_varint(buf, pos, path, offset)
+        elif wire == 2:
+            n, pos = read_varint(buf, pos, path, offset)
+            pos += n
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ArrayRecordFormatError(f"bad protobuf wire type {wire}", path, offset)
+    if pos != len(buf):
+        raise ArrayRecordFormatError("a protobuf message runs past its record", path, offset)
+    return out
+
+
+def parse_postscript(tail: bytes | memoryview, begin: int, size: int, path: str) -> int:
+    """The footer offset, from the file's bytes ``[begin, size)``: its last block, where
+    ArrayRecord's postscript chunk starts (``begin`` is the last multiple of 64 KiB below
+    ``size``)."""
+    if len(tail) != size - begin or begin % BLOCK_SIZE:
+        raise ArrayRecordFormatError(
+            f"the last block [{begin}, {size}) is incomplete ({len(tail)} bytes)", path, begin
+        )
+    chunk = decode_chunk(tail, begin, path)
+    fields = _proto_uints(chunk.record(0), path, begin) if len(chunk.ends) else {}
+    if fields.get(2) != POSTSCRIPT_MAGIC or 1 not in fields:
+        raise ArrayRecordFormatError("no ArrayRecord postscript in the last block", path, begin)
+    footer = fields[1]
+    if not 0 < footer < begin:
+        raise ArrayRecordFormatError(f"the footer offset {footer} is out of range", path, begin)
+    return footer
+
+
+def parse_footer(raw: bytes | memoryview, footer: int, size: int, path: str) -> FileIndex:
+    """The file's index, from its bytes ``[footer, size - 64 KiB)``."""
+    chunk = decode_chunk(raw, footer, path)
+    n = len(chunk.ends)
+    if n < 1:
+        raise ArrayRecordFormatError("the footer chunk has no metadata record", path, footer)
+    meta = chunk.record(0)
+    # RiegeliFooterMetadata.array_record_metadata (field 1) holds num_chunks (2), num_records (3).
+    inner = _proto_submessage(meta, 1, path, footer)
+    num_chunks, num_records = inner.get(2, 0), inner.get(3, 0)
+    if num_chunks != n - 1:
+        raise ArrayRecordFormatError(
+            f"the footer lists {n - 1} chunks, its metadata says {num_chunks}", path, footer
+        )
+    offsets = np.empty(n, dtype=np.int64)
+    counts = np.empty(n - 1, dtype=np.int64)
+    for c in range(n - 1):
+        f = _proto_uints(chunk.record(c + 1), path, footer)
+        offsets[c], counts[c] = f.get(1, 0), f.get(3, 0)
+    offsets[n - 1] = footer
+    if n > 1 and (np.any(np.diff(offsets) <= 0) or offsets[0] < CHUNK_HEADER_SIZE):
+        raise ArrayRecordFormatError("the footer's chunk offsets are not increasing", path, footer)
+    starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    if int(starts[-1]) != num_records:
+        raise ArrayRecordFormatError(
+            f"the footer's chunks hold {int(starts[-1])} records, its metadata says {num_records}",
+            path,
+            footer,
+        )
+    return FileIndex(size, offsets, starts)
+
+
+def _proto_submessage(buf: bytes, field: int, path: str, offset: int) -> dict[int, int]:
+    pos = 0
+    while pos < len(buf):
+        key, pos = read_varint(buf, pos, path, offset)
+        if key & 7 == 2:
+            n, pos = read_varint(buf, pos, path, offset)
+            if key >> 3 == field:
+                return _proto_uints(buf[pos : pos + n], path, offset)
+            pos += n
+        elif key & 7 == 0:
+            _, pos = read_varint(buf, pos, path, offset)
+        else:
+            pos += 8 if key & 7 == 1 else 4
+    raise ArrayRecordFormatError("the footer metadata is not ArrayRecord's", path, offset)
