@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from grain_core import element_spec  # noqa: F401 -- installs element-spec inference into the kernel
+from grain_core import (
+    debug,
+    element_spec,  # noqa: F401 -- installs element-spec inference into the kernel
+)
 from grain_core.dataset.base import IterDataset, MapDataset, installed
 from grain_core.plugins import registry
 
@@ -39,6 +42,7 @@ def _load_iterator_state(iterator: Any, directory: Any) -> Coroutine[Any, Any, N
 
 
 installed.install(
+    debug_iterator=debug.debug_iterator,
     MultiprocessPrefetchIterDataset=_mp_prefetch_stage,
     save_iterator_state=_save_iterator_state,
     load_iterator_state=_load_iterator_state,

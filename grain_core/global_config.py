@@ -7,9 +7,10 @@ known option). The option names and defaults are Grain 0.2.18's. An unknown name
 nothing. ``GRAIN_<NAME>`` environment variables (e.g. ``GRAIN_PY_DEBUG_MODE=1``) set an option's
 starting value, read once when the module is imported.
 
-The options are stored and returned for code written against Grain; grain_core's pipelines do not
-read them (per-stage statistics are :mod:`grain_core.stats`; the ``tf_*`` options select TensorFlow
-implementations grain_core does not have). See docs/migration.md.
+The options are stored and returned for code written against Grain. ``py_debug_mode`` and
+``py_dataset_visualization_output_dir`` act as in Grain (:mod:`grain_core.debug`: periodic per-stage
+statistics, the pipeline graph); the ``tf_*`` options select TensorFlow implementations grain_core
+does not have. See docs/migration.md.
 """
 
 from __future__ import annotations

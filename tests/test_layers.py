@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.testing.*",
             "grain_core.stats",
             "grain_core.visualize",
+            "grain_core.debug",
             "grain_core.compat",
             "grain_core.compat.*",
             "grain_core._wiring",

@@ -60,6 +60,24 @@ class _Installed:
 installed = _Installed()
 
 
+_iter_local = threading.local()
+
+
+def _user_iter(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Wraps a dataset class's ``__iter__`` so Grain's debug options (``grain_core.debug``,
+    installed as ``debug_iterator``) see the iterators a user creates."""
+
+    @functools.wraps(fn)
+    def __iter__(self: Any) -> Any:
+        hook = installed.__dict__.get("debug_iterator")
+        if hook is None or getattr(_iter_local, "inside", False):
+            return fn(self)
+        return hook(self, fn, _iter_local)
+
+    __iter__._grain_core_user_iter = True  # type: ignore[attr-defined]
+    return __iter__
+
+
 def _inferred_element_spec() -> Any:
     """The ``_element_spec`` property every dataset inherits (an override is another object)."""
     return _DatasetBase.__dict__["_element_spec"]
@@ -294,6 +312,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         get = self._getitem
         return [get(int(i)) for i in indices]
 
+    @_user_iter
     def __iter__(self) -> DatasetIterator[T]:
         return self.to_iter_dataset().__iter__()
 
@@ -395,6 +414,12 @@ class IterDatasetMeta(abc.ABCMeta):
 
 class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
     """A lazy iterable dataset; ``iter(ds)`` returns a checkpointable ``DatasetIterator``."""
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__iter__")
+        if own is not None and not getattr(own, "_grain_core_user_iter", False):
+            cls.__iter__ = _user_iter(own)  # type: ignore[method-assign]
 
     def __init__(self, parents: Any = ()):
         super().__init__(parents)
