@@ -19,7 +19,9 @@ import grain_core as grain
 from grain_core.runtime.multiprocess import WorkerError
 from grain_core.state import StateMismatchError
 
-pytestmark = pytest.mark.timeout(60)
+# A hang guard, not a speed check: each test starts worker processes, and on a loaded 2-core
+# machine one start can take seconds (the leak test below took 55 s there with a 60 s cap).
+pytestmark = pytest.mark.timeout(300)
 
 MP = grain.MultiprocessingOptions
 
@@ -171,7 +173,7 @@ def test_restore_in_fresh_process():
         input=json.dumps(state),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=240,
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == rest
@@ -296,7 +298,7 @@ def test_interpreter_exit_ends_workers():
         "grain.MultiprocessingOptions(num_workers=2))\n"
         "it = iter(ds); next(it); print(*it.worker_pids)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr
     pids = [int(p) for p in out.stdout.split()]
     deadline = time.monotonic() + 30
@@ -305,13 +307,15 @@ def test_interpreter_exit_ends_workers():
     assert not any(alive(p) for p in pids)
 
 
-def test_hundred_open_iterate_close_cycles_leak_nothing():
+def test_open_iterate_close_cycles_leak_nothing():
+    """40 cycles (80 worker starts): a process, thread, fd or shared-memory segment left behind per
+    cycle shows as 40 of them, far above the slack allowed below."""
     ds = grain.MapDataset.range(6).map(lambda x: np.full((512,), x)).to_iter_dataset()
     ds = ds.mp_prefetch(MP(num_workers=2))
     threads_before = threading.active_count()
     fds_before = len(os.listdir("/proc/self/fd"))
     pids = []
-    for cycle in range(100):
+    for cycle in range(40):
         it = iter(ds)
         pids += it.worker_pids
         if cycle % 3 == 0:
