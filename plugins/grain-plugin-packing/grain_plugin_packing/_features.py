@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import grain_core as grain
 from grain_core.validation import check_int
 
 Path = tuple[Any, ...]
@@ -246,3 +247,28 @@ def _fill(template: Any, paths: list[Path], values: list[Any]) -> Any:
         return lookup[path]
 
     return build(template, ())
+
+
+def packed_spec(spec: FeatureSpec, parent_spec: Any) -> Any:
+    """The element spec of packed rows (``get_element_spec``) from the parent's element spec: each
+    feature ``(L, *trailing)`` with its dtype, ``_segment_ids`` / ``_positions`` ``(L,)`` int32, in
+    the structure :meth:`FeatureSpec.assemble` builds; features ``length_struct`` does not name
+    are dropped by the bin packers and refused by ``ConcatThenSplitIterDataset`` (as when
+    reading)."""
+    struct = grain.experimental.ShapeDtypeStruct
+    leaves = _flatten_like(parent_spec, spec.template)
+    if spec.drop_extra:
+        leaves = [(p, leaf) for p, leaf in leaves if p in spec._known]
+    if [p for p, _ in leaves] != spec.paths:
+        raise ValueError(
+            f"{spec.owner}: the parent's element spec has features "
+            f"{sorted(path_name(p) for p, _ in leaves)}, length_struct "
+            f"{sorted(path_name(p) for p in spec.paths)}."
+        )
+    data, seg, pos = [], [], []
+    for (_, leaf), n in zip(leaves, spec.lengths.tolist()):
+        shape = tuple(leaf.shape)
+        data.append(struct((n, *shape[1:]), leaf.dtype))
+        seg.append(struct((n,), np.int32))
+        pos.append(struct((n,), np.int32))
+    return spec.assemble(data, seg, pos)

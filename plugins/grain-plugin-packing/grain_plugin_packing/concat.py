@@ -47,7 +47,7 @@ import grain_core as grain
 from grain_core import state as _state
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.state import StateField
-from grain_plugin_packing._features import FeatureSpec, path_name
+from grain_plugin_packing._features import FeatureSpec, packed_spec, path_name
 
 __all__ = ["BOSHandling", "ConcatThenSplitIterDataset"]
 
@@ -146,6 +146,13 @@ class ConcatThenSplitIterDataset(OneParentIterDataset):
 
     def __iter__(self):
         return _ConcatThenSplitIterator(self)
+
+    @property
+    def _element_spec(self) -> Any:
+        """Packed rows' spec from the parent's (see ``_features.packed_spec``)."""
+        return packed_spec(
+            FeatureSpec(*self._spec_args), grain.experimental.get_element_spec(self._parent)
+        )
 
     def __str__(self) -> str:
         return (
