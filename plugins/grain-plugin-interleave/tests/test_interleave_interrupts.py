@@ -6,6 +6,12 @@ Interrupts come from a real ``SIGALRM`` interval timer (``grain_core.testing.Int
 at most once per ``next()`` call) and from ``grain_core.testing.Injector`` at the points where the consumer waits on
 interleave's threads (a reader's buffer, an iterator being opened ahead). No assertion depends on
 timing: every test compares the elements with the uninterrupted list.
+
+Progress is guaranteed: after ``IN_A_ROW`` interrupted calls in a row the next call runs unarmed.
+Arming every call can livelock on a loaded machine: a give-back that restores interleave's state
+restarts its reader threads cold, so every retry waits on them longer than the timer's interval
+and is interrupted again (a test once spun for 20 minutes that way; SIGALRM is the Interrupter's
+then, so pytest-timeout's signal cannot end it). Each drain also has a deadline.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import grain_plugin_interleave
 import numpy as np
 import pytest
 from grain_plugin_interleave import interleave as impl
+from grain_plugin_interleave import threads as impl_threads
 
 import grain_core as grain
 from grain_core import testing
@@ -63,6 +70,33 @@ def _inter(cycle=3, n_datasets=12, **kw):
     return grain.experimental.InterleaveIterDataset(datasets, cycle_length=cycle, **kw)
 
 
+IN_A_ROW = 2
+DEADLINE = 240.0  # seconds: a hang guard for a loaded machine, not a speed check
+
+
+def _drain(it, packages=OURS):
+    """``testing.drain_with_interrupts`` with at most ``IN_A_ROW`` interrupted calls in a row and a
+    deadline; returns ``(elements, interrupts)``."""
+    out, in_a_row = [], 0
+    deadline = time.monotonic() + DEADLINE
+    with testing.Interrupter(packages=packages, exclude=(_drain,)) as intr:
+        while True:
+            assert time.monotonic() < deadline, f"no end after {DEADLINE} s ({len(out)} elements)"
+            intr.armed = in_a_row < IN_A_ROW
+            try:
+                x = next(it)
+            except KeyboardInterrupt:
+                in_a_row += 1
+                continue
+            except StopIteration:
+                break
+            finally:
+                intr.armed = False
+            in_a_row = 0
+            out.append(x)
+    return out, intr.raised
+
+
 def _interleave_threads():
     return [t for t in threading.enumerate() if t.name.startswith("interleave")]
 
@@ -79,7 +113,7 @@ def test_real_interrupts_lose_and_repeat_nothing(threads):
     expected = list(_inter(**threads))
     ds = _inter(**threads)
     it = iter(ds)
-    out, raised = testing.drain_with_interrupts(it, packages=OURS)
+    out, raised = _drain(it)
     state = it.get_state()
     it.close()
     assert raised > 0
@@ -96,21 +130,25 @@ def test_states_taken_after_interrupts_restore_exactly(threads):
     expected = list(_inter(**threads))
     ds = _inter(**threads)
     it = iter(ds)
-    taken, states = [], []
+    taken, states, in_a_row = [], [], 0
     loop = test_states_taken_after_interrupts_restore_exactly
+    deadline = time.monotonic() + DEADLINE
     with testing.Interrupter(packages=OURS, exclude=(loop,)) as intr:
         while True:
-            intr.armed = True
+            assert time.monotonic() < deadline, f"no end after {DEADLINE} s"
+            intr.armed = in_a_row < IN_A_ROW
             try:
                 x = next(it)
             except KeyboardInterrupt:
                 intr.armed = False
+                in_a_row += 1
                 states.append((len(taken), it.get_state()))  # right after an interrupt
                 continue
             except StopIteration:
                 break
             finally:
                 intr.armed = False
+            in_a_row = 0
             taken.append(x)
     it.close()
     assert intr.raised > 0 and taken == expected
@@ -127,7 +165,7 @@ def test_stages_after_interleave_survive_real_interrupts(threads):
     ds = _inter(**threads).map(lambda x: _work(x) * 2).batch(5)
     expected = [b.tolist() for b in _inter(**threads).map(lambda x: x * 2).batch(5)]
     with iter(ds) as it:
-        out, raised = testing.drain_with_interrupts(it, packages=OURS)
+        out, raised = _drain(it)
     assert raised > 0
     assert [b.tolist() for b in out] == expected
     assert _wait_no_threads() == []
@@ -136,7 +174,7 @@ def test_stages_after_interleave_survive_real_interrupts(threads):
 def test_interrupts_while_waiting_on_a_reader_thread():
     kw = {"iter_buffer_size": 2}
     expected = list(_inter(**kw))
-    with testing.Injector(impl._Reader, "peek", every=3) as injected:
+    with testing.Injector(impl_threads._Reader, "peek", every=3) as injected:
         it = iter(_inter(**kw))
         assert testing.drain_with_injected(it, injected) == expected
         it.close()
