@@ -31,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 __all__ = [
+    "OLDER_GRAIN_NAMES",
     "OLDER_GRAIN_PATHS",
     "PRIVATE_PATHS",
     "PRIVATE_ROOT",
@@ -185,7 +186,6 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "PrefetchDatasetIterator": "grain_core.dataset:PrefetchDatasetIterator",
         "ThreadPrefetchIterDataset": _EXP + "ThreadPrefetchIterDataset",
         "ThreadPrefetchDatasetIterator": _EXP + "ThreadPrefetchDatasetIterator",
-        "MultiprocessPrefetchIterDataset": _EXP + "MultiprocessPrefetchIterDataset",
         "multithread_prefetch": _EXP + "multithread_prefetch",
     },
     _tr("rebatch"): {"RebatchIterDataset": _EXP + "RebatchIterDataset"},
@@ -209,6 +209,12 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
 #: Paths that older Grain releases had and 0.2.18 renamed: old path -> the 0.2.18 path whose
 #: entry it shares (``grain._src.core.tree`` became ``tree_lib``).
 OLDER_GRAIN_PATHS: dict[str, str] = {"grain._src.core.tree": "grain._src.core.tree_lib"}
+
+#: Names that older Grain releases had at a path and 0.2.18 moved (public code still imports them
+#: there): ``RandomAccessDataSource`` lived in ``data_sources`` before ``dataset.base``.
+OLDER_GRAIN_NAMES: frozenset[tuple[str, str]] = frozenset(
+    {("grain._src.python.data_sources", "RandomAccessDataSource")}
+)
 
 
 def _entry(path: str) -> Mapping[str, str] | None:

@@ -1,0 +1,220 @@
+"""Grain's private paths as public projects import them, and Grain-style custom stages.
+
+Each block makes the calls public code makes after ``from grain._src... import ...`` (our own code,
+the same call shapes), and custom datasets/iterators that read Grain's private attributes
+(``self._parent``, ``self._parents``, ``self._ctx``, ``self._stats``). Run with google grain (the
+recorder) or through ``python -m grain_core.compat run``; prints one JSON object.
+"""
+
+import dataclasses
+import json
+
+import grain
+import numpy as np
+from grain._src.core import constants, sharding, transforms, tree_lib
+from grain._src.python import data_sources, options
+from grain._src.python.dataset import base, dataset
+from grain._src.python.dataset import stats as dataset_stats
+from grain._src.python.dataset.transformations import batch as batch_ds
+from grain._src.python.dataset.transformations.flatmap import FlatMapIterDataset
+from grain._src.python.dataset.transformations.zip import ZipIterDataset
+from grain._src.python.experimental.index_shuffle.python import (
+    index_shuffle_module as index_shuffle,
+)
+
+
+def plain(x):
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in sorted(x.items())}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    return x
+
+
+def find_iterator(it, cls):
+    """The first iterator of type ``cls`` in ``it``'s tree (through ``_parents``)."""
+    if isinstance(it, cls):
+        return it
+    for parent in it._parents:
+        found = find_iterator(parent, cls)
+        if found is not None:
+            return found
+    return None
+
+
+def after_restore(ds, k):
+    """Elements after the k-th, from a fresh iterator restored to the state after k."""
+    it = iter(ds)
+    for _ in range(k):
+        next(it)
+    state = it.get_state()
+    rest = list(it)
+    it2 = iter(ds)
+    it2.set_state(state)
+    return {"rest": plain(rest), "restored": plain(list(it2))}
+
+
+# --- custom stages written the Grain way -------------------------------------------------------
+
+
+class EpisodeSteps(dataset.MapDataset):
+    """A MapDataset subclass: super().__init__(parent), then self._parent."""
+
+    def __init__(self, parent, width):
+        super().__init__(parent)
+        self._width = width
+
+    def __len__(self):
+        return len(self._parent) - self._width + 1
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        return [self._parent[index + j] for j in range(self._width)]
+
+
+class _PairSumIterator(grain.DatasetIterator):
+    """Reads two parents through self._parents; times itself with Grain's stats helpers."""
+
+    def __init__(self, parents):
+        super().__init__(parents)
+        self._count = 0
+        self.seen_ratio = None
+
+    @dataset_stats.record_next_duration_if_output
+    def __next__(self):
+        timer = dataset_stats.Timer()
+        if self.seen_ratio is None:  # the options of the pipeline, seen from inside
+            self.seen_ratio = self._ctx.dataset_options.filter_raise_threshold_ratio
+        a = next(self._parents[0])
+        b = next(self._parents[1])
+        with self._stats.record_self_time(offset_ns=timer.value()):
+            self._count += 1
+            return self._stats.record_output_spec(a + b)
+
+    def get_state(self):
+        return {"count": self._count, "left": self._parents[0].get_state(),
+                "right": self._parents[1].get_state()}
+
+    def set_state(self, state):
+        self._count = state["count"]
+        self._parents[0].set_state(state["left"])
+        self._parents[1].set_state(state["right"])
+
+
+class PairSum(grain.IterDataset):
+    def __init__(self, left, right):
+        super().__init__([left, right])
+
+    def __iter__(self):
+        return _PairSumIterator([p.__iter__() for p in self._parents])
+
+
+class _EveryOtherIterator(grain.DatasetIterator):
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __next__(self):
+        value = next(self._parent)
+        next(self._parent, None)
+        return value
+
+    def get_state(self):
+        return self._parent.get_state()
+
+    def set_state(self, state):
+        self._parent.set_state(state)
+
+
+class EveryOther(grain.IterDataset):
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __iter__(self):
+        return _EveryOtherIterator(self._parent.__iter__())
+
+
+class Squares(base.RandomAccessDataSource):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        return index * index
+
+
+class Split(transforms.FlatMap):
+    max_fan_out = 3
+
+    def flat_map(self, element):
+        return [element * 10 + j for j in range(element % 3 + 1)]
+
+
+@dataclasses.dataclass
+class EvenOdd(base.DatasetSelectionMap):
+    n: int
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        return index % 2, index // 2
+
+
+def main() -> dict:
+    out: dict = {}
+    out["constants"] = [constants.INDEX, constants.RECORD_KEY, constants.DATASET_INDEX,
+                        constants.EPOCH, constants.SEED, constants.RECORD, sorted(constants.META_FEATURES)]
+    out["tree"] = plain(tree_lib.map_structure(lambda x: x * 2, {"a": 1, "b": (2, [3])}))
+    out["index_shuffle"] = [
+        index_shuffle.index_shuffle(i, max_index=9, seed=42, rounds=4) for i in range(10)
+    ]
+    out["range_source"] = list(grain.MapDataset.source(data_sources.RangeDataSource(0, 10, 3)))
+    squares = grain.MapDataset.source(Squares())
+    out["custom_source"] = plain(list(squares.shuffle(seed=7)))
+    loader = grain.DataLoader(
+        data_source=Squares(),
+        sampler=grain.samplers.IndexSampler(
+            6, shard_options=sharding.ShardOptions(shard_index=1, shard_count=2), num_epochs=1
+        ),
+        worker_count=0,
+    )
+    out["sharded_loader"] = plain(list(loader))
+    read = options.ReadOptions(num_threads=2, prefetch_buffer_size=4)
+    out["read_options"] = plain(list(grain.MapDataset.range(5).to_iter_dataset(read)))
+
+    left = grain.MapDataset.range(6).to_iter_dataset()
+    right = grain.MapDataset.range(100, 106).to_iter_dataset()
+    out["zip"] = plain(list(ZipIterDataset([left, right])))
+    out["zip_restore"] = after_restore(ZipIterDataset([left, right]), 2)
+    flat = FlatMapIterDataset(grain.MapDataset.range(5).to_iter_dataset(), Split())
+    out["flatmap"] = plain(list(flat))
+    out["flatmap_restore"] = after_restore(flat, 4)
+    out["make_batch"] = plain(batch_ds.make_batch([{"x": np.int64(1)}, {"x": np.int64(2)}]))
+    mixed = grain.MapDataset.select_from_datasets(
+        [grain.MapDataset.range(5), grain.MapDataset.range(10, 15)], EvenOdd(8)
+    )
+    out["selection_map"] = plain(list(mixed))
+
+    steps = EpisodeSteps(grain.MapDataset.range(6).map(lambda x: x + 1), width=3)
+    out["custom_map_dataset"] = {"len": len(steps), "items": plain(list(steps)),
+                                 "third": plain(steps[2]), "shuffled": plain(list(steps.shuffle(seed=3)))}
+    pair = PairSum(grain.MapDataset.range(5).to_iter_dataset(),
+                   grain.MapDataset.range(10, 15).to_iter_dataset())
+    opts = base.DatasetOptions(filter_raise_threshold_ratio=0.5)
+    with_opts = grain.experimental.WithOptionsIterDataset(pair, opts)
+    it = iter(with_opts)
+    out["custom_iter"] = {"elements": plain(list(it))}
+    out["custom_iter"]["ratio_seen"] = find_iterator(it, _PairSumIterator).seen_ratio
+    out["custom_iter_restore"] = after_restore(pair.map(lambda x: x * 2).batch(2), 1)
+    every = EveryOther(grain.MapDataset.range(9).to_iter_dataset())
+    out["every_other"] = plain(list(every))
+    out["every_other_restore"] = after_restore(every, 2)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), sort_keys=True))
