@@ -58,7 +58,7 @@ class _OnlyParent:
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        parents = getattr(obj, "_parents", ())
+        parents: tuple[Any, ...] = tuple(getattr(obj, "_parents", ()))
         assert len(parents) == 1, (
             f"{type(obj).__name__}._parent needs exactly one parent, it has {len(parents)}: "
             f"{tuple(parents)!r}; use self._parents."
