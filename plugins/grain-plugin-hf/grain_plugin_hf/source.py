@@ -88,10 +88,12 @@ class HuggingFaceDataSource(grain.sources.RandomAccessDataSource[Any]):
         self._table: Any = None  # pyarrow.Table of the format's columns (per process, lazy)
         self._mapping: np.ndarray | None = None  # the dataset's indices mapping, if any
         self._numpy: Any = None  # the dataset with the numpy format, for the slow path
+        self._batches: list[Any] | None = None  # the table's record batches (zero copy)
+        self._starts: np.ndarray | None = None  # first row of each batch, and the total
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_table", "_mapping", "_numpy"):
+        for k in ("_table", "_mapping", "_numpy", "_batches", "_starts"):
             state.pop(k, None)
         return state
 
@@ -129,6 +131,29 @@ class HuggingFaceDataSource(grain.sources.RandomAccessDataSource[Any]):
             self._table = self._dataset.data.table.select(self._columns)
         return self._table, self._mapping
 
+    def _take(self, table: Any, rows_at: np.ndarray, pa: Any) -> Any:
+        """``table.take(rows_at)`` chunk by chunk: Arrow's take on a many-chunk (memory-mapped)
+        table concatenates whole chunks first, which costs the column's size per call."""
+        if self._batches is None:
+            self._batches = table.to_batches()
+            sizes = np.fromiter((b.num_rows for b in self._batches), np.int64, len(self._batches))
+            self._starts = np.concatenate([[0], np.cumsum(sizes)])
+        batches, starts = self._batches, self._starts
+        if len(batches) == 1:
+            return pa.Table.from_batches([batches[0].take(pa.array(rows_at))])
+        which = np.searchsorted(starts, rows_at, side="right") - 1
+        order = np.argsort(which, kind="stable")
+        sorted_which = which[order]
+        parts = []
+        bounds = np.flatnonzero(np.diff(sorted_which)) + 1
+        for group in np.split(order, bounds):
+            c = int(which[group[0]])
+            parts.append(batches[c].take(pa.array(rows_at[group] - starts[c])))
+        gathered = pa.Table.from_batches(parts).combine_chunks()
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        return gathered.take(pa.array(inverse))
+
     def __getitem__(self, record_key: SupportsIndex) -> Any:
         """Row ``record_key`` (negative indices count from the end)."""
         i = operator.index(record_key)
@@ -149,7 +174,7 @@ class HuggingFaceDataSource(grain.sources.RandomAccessDataSource[Any]):
 
             table, mapping = self._arrow()
             rows_at = keys if mapping is None else mapping[keys]
-            rows = _rows.rows_from_table(table.take(pa.array(rows_at)), self._columns)
+            rows = _rows.rows_from_table(self._take(table, rows_at, pa), self._columns)
             if rows is not None:
                 return rows
         # Row by row through datasets: its batch formatting casts some values differently from

@@ -233,3 +233,11 @@ def test_stage_conforms(ds):
         functools.partial(_pipe, HuggingFaceDataSource(ds)),
         foreign=functools.partial(_pipe, HuggingFaceDataSource(other)),
     )
+
+
+def test_many_chunk_tables_read_chunk_by_chunk():
+    parts = [datasets.Dataset.from_dict(table_dict(7, 7 * c)) for c in range(5)]
+    d = datasets.concatenate_datasets(parts).shuffle(seed=2)
+    assert len(d.data.table.to_batches()) > 1
+    src = HuggingFaceDataSource(d)
+    _check_rows(src, d.with_format("numpy"), [34, 0, 8, 8, 20, 13, 1])
