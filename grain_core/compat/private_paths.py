@@ -71,7 +71,16 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         for n in ("Map", "RandomMap", "MapWithIndex", "TfRandomMap", "Filter", "FlatMap", "Batch")
     },
     "grain._src.core.tree_lib": {
-        "map_structure": "grain_core.tree:map_structure",
+        n: f"grain_core.tree:{n}"
+        for n in (
+            "map_structure",
+            "map_structure_with_path",
+            "assert_same_structure",
+            "flatten",
+            "flatten_with_path",
+            "unflatten_as",
+            "spec_like",
+        )
     },
     "grain._src.python.options": {
         "ReadOptions": "grain_core.options:ReadOptions",
@@ -102,6 +111,9 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "DataLoaderIterator": "grain_core.data_loader:DataLoaderIterator",
     },
     "grain._src.python.load": {"load": "grain_core.loading:load"},
+    "grain._src.python.ipc.shared_memory_array": {
+        "SharedMemoryArray": "grain_core.multiprocessing:SharedMemoryArray",
+    },
     "grain._src.python.testing.experimental": {
         "assert_equal_output_after_checkpoint": "grain_core.testing:assert_equal_output_after_checkpoint",
     },
@@ -207,8 +219,12 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
 }
 
 #: Paths that older Grain releases had and 0.2.18 renamed: old path -> the 0.2.18 path whose
-#: entry it shares (``grain._src.core.tree`` became ``tree_lib``).
-OLDER_GRAIN_PATHS: dict[str, str] = {"grain._src.core.tree": "grain._src.core.tree_lib"}
+#: entry it shares (``grain._src.core.tree`` became ``tree_lib``, ``shared_memory_array`` moved
+#: into ``ipc``).
+OLDER_GRAIN_PATHS: dict[str, str] = {
+    "grain._src.core.tree": "grain._src.core.tree_lib",
+    "grain._src.python.shared_memory_array": "grain._src.python.ipc.shared_memory_array",
+}
 
 #: Names that older Grain releases had at a path and 0.2.18 moved (public code still imports them
 #: there): ``RandomAccessDataSource`` lived in ``data_sources`` before ``dataset.base``.

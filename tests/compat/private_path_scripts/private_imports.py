@@ -168,7 +168,15 @@ def main() -> dict:
     out: dict = {}
     out["constants"] = [constants.INDEX, constants.RECORD_KEY, constants.DATASET_INDEX,
                         constants.EPOCH, constants.SEED, constants.RECORD, sorted(constants.META_FEATURES)]
-    out["tree"] = plain(tree_lib.map_structure(lambda x: x * 2, {"a": 1, "b": (2, [3])}))
+    nested = {"a": 1, "b": (2, [3])}
+    out["tree"] = plain(tree_lib.map_structure(lambda x: x * 2, nested))
+    out["tree_flat"] = plain(tree_lib.flatten(nested))
+    out["tree_unflatten"] = plain(tree_lib.unflatten_as(nested, [7, 8, 9]))
+    out["tree_with_path"] = [
+        [[getattr(key, "key", getattr(key, "idx", key)) for key in path], plain(value)]
+        for path, value in tree_lib.flatten_with_path(nested)
+    ]
+    tree_lib.assert_same_structure(nested, {"a": 0, "b": (0, [0])})
     out["index_shuffle"] = [
         index_shuffle.index_shuffle(i, max_index=9, seed=42, rounds=4) for i in range(10)
     ]
