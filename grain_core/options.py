@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -130,13 +132,37 @@ class DatasetOptions:
         )
 
     def merge(self, other: DatasetOptions | None) -> DatasetOptions:
-        """Returns these options with fields unset here (None) taken from ``other``."""
+        """Returns the options merged as in Grain: a field set explicitly here (passed to the
+        constructor, even with its default value) wins, then one set explicitly in ``other``, then
+        the default; the result has the fields taken from either set explicitly."""
         if other is None:
             return self
-        kwargs = {
-            f.name: getattr(self, f.name)
-            if getattr(self, f.name) is not None
-            else getattr(other, f.name)
-            for f in dataclasses.fields(self)
-        }
+        mine, theirs = _user_set(self), _user_set(other)
+        kwargs = {}
+        for f in dataclasses.fields(self):
+            if f.name in mine:
+                kwargs[f.name] = getattr(self, f.name)
+            elif f.name in theirs:
+                kwargs[f.name] = getattr(other, f.name)
         return DatasetOptions(**kwargs)
+
+
+def _user_set(options: DatasetOptions) -> frozenset[str]:
+    """The fields given to ``options``' constructor (Grain's ``_user_set_fields``)."""
+    return options.__dict__.get("_user_set_fields", frozenset())
+
+
+def _record_user_set_fields(cls: type) -> None:
+    """Makes ``cls``' generated ``__init__`` note which fields its caller set."""
+    generated = cls.__init__  # type: ignore[misc]
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+
+    @functools.wraps(generated)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        generated(self, *args, **kwargs)
+        object.__setattr__(self, "_user_set_fields", frozenset([*names[: len(args)], *kwargs]))
+
+    cls.__init__ = __init__  # type: ignore[misc]
+
+
+_record_user_set_fields(DatasetOptions)

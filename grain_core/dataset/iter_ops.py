@@ -14,7 +14,7 @@ from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, unread
 from grain_core.dataset.map_ops import stack_batch
-from grain_core.dataset.prefetch import FilterRatioCheck
+from grain_core.dataset.prefetch import FilterRatioCheck, get_next_index, set_next_index
 from grain_core.dataset.sharing import current_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_int
@@ -848,6 +848,14 @@ class _BatchIterator(_OneParentIterator):
         # interrupted batch and the parent's state before them (the state until it is returned).
         self._held: tuple[list[Any], Any] | None = None
 
+    def _get_next_index(self) -> int:
+        """The batch produced next, from the parent's next element (Grain's rule)."""
+        return (get_next_index(self._parent) + self._bs - 1) // self._bs
+
+    def _set_next_index(self, index: int) -> None:
+        self._held = None
+        set_next_index(self._parent, index * self._bs)
+
     def __next__(self):
         """One batch. Its elements are pulled with ``next_chunk`` into ``items`` in one step
         (``items += ...``), so an interrupt (``KeyboardInterrupt``) anywhere, stacking included,
@@ -1084,7 +1092,7 @@ class LimitIterDataset(_OneParentIterDataset):
 
     def __init__(self, parent: IterDataset, count: int):
         super().__init__(parent)
-        self._count = check_int(count, "LimitIterDataset count")
+        self._count = check_int(count, "LimitIterDataset count", minimum=1)
 
     def __iter__(self):
         return _LimitIterator(iter(self._parent), self._count)
@@ -1096,6 +1104,14 @@ class _LimitIterator(_OneParentIterator):
     def __init__(self, parent, limit):
         super().__init__(parent)
         self._limit, self._count = limit, 0
+
+    def _get_next_index(self) -> int:
+        """The elements returned so far (Grain's rule)."""
+        return self._count
+
+    def _set_next_index(self, index: int) -> None:
+        set_next_index(self._parent, index)
+        self._count = index
 
     def __next__(self):
         if self._count >= self._limit:

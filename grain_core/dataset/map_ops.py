@@ -319,6 +319,8 @@ def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0)
     pass it as ``batch_fn`` (with ``functools.partial``) to keep a smaller last batch at full shape
     instead of dropping it."""
     batch_size = tr.check_batch_size(batch_size)
+    if not values:
+        raise ValueError("Cannot batch 0 values.")
     if len(values) > batch_size:
         raise ValueError(f"batch_and_pad got {len(values)} values for batch_size={batch_size}.")
     stacked = stack_batch(values, None)

@@ -661,13 +661,25 @@ def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
 
 
 def get_next_index(ds_iter: DatasetIterator) -> int:
-    """The index of the ``MapDataset`` (below ``to_iter_dataset``) that ``ds_iter`` reads next."""
+    """The index of the element ``ds_iter`` produces next (Grain's protocol): an iterator that
+    defines ``_get_next_index()`` answers itself (``batch`` counts batches, ``LimitIterDataset``
+    the elements it returned, as in Grain); otherwise the index of the ``MapDataset`` (below
+    ``to_iter_dataset``) it reads next, for a chain of 1:1 stages."""
+    own = getattr(ds_iter, "_get_next_index", None)
+    if own is not None:
+        return int(own())
     return int(_prefetch_iterator(ds_iter).get_state()["next_index"])
 
 
 def set_next_index(ds_iter: DatasetIterator, index: int) -> None:
-    """Makes ``ds_iter`` continue at ``index`` of its ``MapDataset`` (for a chain of 1:1 stages)."""
+    """Makes ``ds_iter`` continue at element ``index`` (see :func:`get_next_index`); an iterator
+    that defines ``_set_next_index(index)`` does it itself."""
     from grain_core.validation import check_int
 
+    index = check_int(index, "index")
+    own = getattr(ds_iter, "_set_next_index", None)
+    if own is not None:
+        own(index)
+        return
     it = _prefetch_iterator(ds_iter)
-    it.set_state({**it.get_state(), "next_index": check_int(index, "index")})
+    it.set_state({**it.get_state(), "next_index": index})
