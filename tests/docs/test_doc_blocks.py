@@ -10,6 +10,7 @@ picked up without any change here.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -107,4 +108,37 @@ def test_block_runs_as_written(block, tmp_path):
     assert proc.returncode == 0, (
         f"{block.id} failed (exit {proc.returncode}):\n{block.code}\n"
         f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    )
+
+
+def _checks(code: str) -> bool:
+    """True when the block checks its result: an ``assert`` statement, or a call of a function
+    whose name starts with ``assert`` (``np.testing.assert_array_equal``) or ``check_``
+    (``grain_core.testing.check_source``), which raise when the result is wrong."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name.startswith(("assert", "check_")):
+                return True
+    return False
+
+
+def test_the_checker_tells_checked_blocks_apart():
+    assert _checks("x = 1\nassert x == 1\n")
+    assert _checks("import numpy as np\nnp.testing.assert_array_equal([1], [1])\n")
+    assert _checks("from grain_core import testing\ntesting.check_source([1])\n")
+    assert not _checks("x = 1\nprint(x)  # 1\n")
+    assert not _checks("def f():\n    pass\nf()\n")
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
+def test_block_checks_its_result(block):
+    """A runnable block shows its result *and* checks it (an assert, or a testing helper that
+    raises), so a docs run fails when the documented behaviour changes, not only when it crashes."""
+    assert _checks(block.code), (
+        f"{block.id} runs but checks nothing: add an assert of what it shows (e.g. after a "
+        f"print, `assert value == expected`).\n{block.code}"
     )
