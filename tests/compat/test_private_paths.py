@@ -136,3 +136,56 @@ def test_private_imports_script_gives_grains_output(tmp_path):
     assert set(got) == set(want)
     for key in want:
         assert got[key] == want[key], key
+
+
+def test_worker_processes_import_user_modules_through_the_alias(tmp_path):
+    """mp_prefetch workers unpickle a user module that says ``import grain`` and imports a
+    private path: under ``python -m grain_core.compat run`` they have the alias too."""
+    (tmp_path / "user_stages.py").write_text(
+        textwrap.dedent(
+            """
+            import grain
+            from grain._src.python.dataset import stats as dataset_stats
+
+
+            class _Twice(grain.DatasetIterator):
+                def __init__(self, parent):
+                    super().__init__(parent)
+
+                @dataset_stats.record_next_duration_if_output
+                def __next__(self):
+                    return 2 * next(self._parent)
+
+                def get_state(self):
+                    return self._parent.get_state()
+
+                def set_state(self, state):
+                    self._parent.set_state(state)
+
+
+            class Twice(grain.IterDataset):
+                def __init__(self, parent):
+                    super().__init__(parent)
+
+                def __iter__(self):
+                    return _Twice(self._parent.__iter__())
+            """
+        )
+    )
+    (tmp_path / "main.py").write_text(
+        textwrap.dedent(
+            """
+            import grain
+            import user_stages
+
+            if __name__ == "__main__":
+                ds = user_stages.Twice(grain.MapDataset.range(6).to_iter_dataset())
+                it = iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+                print(list(it))
+                it.close()
+            """
+        )
+    )
+    proc = run_aliased([str(tmp_path / "main.py")], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[0, 2, 4, 6, 8, 10]"
