@@ -455,7 +455,9 @@ class FilterIterDataset(_OneParentIterDataset):
         self._fn = as_callable(transform, tr.Filter, "filter()")
 
     def __iter__(self):
-        return _FilterIterator(iter(self._parent), self._fn)
+        # Grain's name for the stage in the filter-ratio warning and error.
+        name = f"FilterDatasetIterator(transform={tr.transform_name(self._transform)})"
+        return _FilterIterator(iter(self._parent), self._fn, name)
 
     def __str__(self):
         return f"FilterIterDataset({tr.transform_name(self._transform)})"
@@ -494,10 +496,10 @@ class _FilterIterator(_OneParentIterator):
     _MAX_ASK = 2048  # parent elements one read asks for at most
     _MAX_AHEAD = 512  # accepted elements one read aims at, at most (unless more are asked for)
 
-    def __init__(self, parent, fn):
+    def __init__(self, parent, fn, name="filter()"):
         super().__init__(parent)
         self._fn = fn
-        self._check = FilterRatioCheck("filter()")
+        self._check = FilterRatioCheck(name)
         self._tested = 0  # parent elements read and not given back (for error messages)
         self._kept_total = 0
         self._seen_total = 0
@@ -1154,11 +1156,11 @@ class ZipIterDataset(IterDataset):
 
 
 def _zip_length_error(i: int, why: str) -> ValueError:
+    """Grain's exact message (its tests match it literally); the remedy goes in a note."""
     others = "argument 1" if i == 1 else f"arguments 1-{i}"
-    return ValueError(
-        f"ZipIterDataset argument {i + 1} is {why} than {others}; pass strict=False to stop at the "
-        "shortest input."
-    )
+    error = ValueError(f"ZipIterDataset argument {i + 1} is {why} than {others}")
+    error.add_note("Pass strict=False to stop at the shortest input.")
+    return error
 
 
 class _ZipIterator(DatasetIterator):
