@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from grain_core import grain_states as _grain_states
 from grain_core import seeds as _seeds
 from grain_core import state as _state
-from grain_core.dataset.grain_attrs import DatasetAttrs, IteratorAttrs
+from grain_core.dataset.grain_attrs import DatasetAttrs, IteratorAttrs, route_getitems
 from grain_core.state import StateField
 from grain_core.suggest import did_you_mean
 
@@ -254,6 +254,8 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
+        if "_getitems" in cls.__dict__ and "__getitems__" not in cls.__dict__:
+            cls.__getitems__ = route_getitems(cls.__dict__["_getitems"])  # type: ignore[method-assign]
         if "_getitem" in cls.__dict__:
             return
         if "element_at" in cls.__dict__:

@@ -21,6 +21,8 @@ unchanged. Contract, per attribute:
 * ``_closed`` (iterators): ``False`` until the base ``close()`` runs; ``_assert_not_closed()``
   raises Grain's ``ValueError`` after that.
 * ``_MUTATES_ELEMENT_SPEC``: Grain's informational class flag (``True``).
+* ``_getitems(indices)`` (map datasets): Grain's bulk read, the elements at ``indices``. A
+  subclass that overrides it gets the kernel's bulk reads (:func:`route_getitems`), as in Grain.
 
 :class:`Timer` and :func:`record_next_duration_if_output` are the helpers of Grain's stats module
 that stage code calls (``@stats.record_next_duration_if_output`` on ``__next__``,
@@ -196,12 +198,32 @@ def record_next_duration_if_output(next_fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def route_getitems(user_getitems: Callable[[Any, Any], Any]) -> Callable[[Any, Any], list[Any]]:
+    """``__getitems__`` for a ``MapDataset`` subclass that overrides Grain's ``_getitems``: the
+    kernel's bulk reads go to it (``MapDataset.__init_subclass__`` installs this)."""
+
+    def __getitems__(self: Any, indices: Any) -> list[Any]:
+        return list(user_getitems(self, [int(i) for i in indices]))
+
+    __getitems__._grain_routed = True  # type: ignore[attr-defined]
+    return __getitems__
+
+
 class DatasetAttrs:
     """Grain's private attributes of ``MapDataset`` and ``IterDataset`` (module docstring)."""
 
     _MUTATES_ELEMENT_SPEC = True
     _parent: Any = _OnlyParent()
     _stats: Any = _StatsAttr()
+
+    def _getitems(self, indices: Any) -> list[Any]:
+        """Grain's bulk read of a ``MapDataset``: the elements at ``indices`` (``None`` where
+        missing), in order. A subclass may override it (its bulk reads then come here) and call
+        ``self._parent._getitems(...)`` or ``super()._getitems(...)``."""
+        if getattr(type(self).__getitems__, "_grain_routed", False):  # type: ignore[attr-defined]
+            get = self._getitem  # type: ignore[attr-defined]
+            return [get(int(i)) for i in indices]
+        return list(self.__getitems__(indices))  # type: ignore[attr-defined]
 
 
 class IteratorAttrs:

@@ -208,3 +208,41 @@ def test_custom_stage_in_worker_processes():
         it.close()
     # Each worker runs the whole pipeline over its share (windows i::2), as in Grain.
     assert got == [[0, 1], [1, 2], [4, 5], [5, 6], [8, 9], [9, 10]]
+
+
+class Doubled(grain.MapDataset):
+    """Grain's bulk hook: _getitems overridden, reading the parent with _getitems."""
+
+    def __init__(self, parent):
+        super().__init__(parent)
+        self.bulk_reads = 0
+
+    def __len__(self):
+        return len(self._parent)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        x = self._parent[index]
+        return None if x is None else 2 * x
+
+    def _getitems(self, indices):
+        self.bulk_reads += 1
+        return [None if x is None else 2 * x for x in self._parent._getitems(indices)]
+
+
+def test_an_overridden_getitems_gets_the_kernels_bulk_reads():
+    ds = Doubled(grain.MapDataset.range(10).filter(lambda x: x != 3))
+    assert ds._parent._getitems([2, 3, 4]) == [2, None, 4]
+    assert list(ds.to_iter_dataset()) == [0, 2, 4, 8, 10, 12, 14, 16, 18]
+    assert ds.bulk_reads > 0
+    assert ds._getitems([1, 2]) == [2, 4]
+    testing.assert_equal_output_after_checkpoint(ds.to_iter_dataset())
+
+
+def test_super_getitems_of_an_override_reads_elements_one_by_one():
+    class Plain(Doubled):
+        def _getitems(self, indices):
+            return super(Doubled, self)._getitems(indices)
+
+    assert list(Plain(grain.MapDataset.range(4)).to_iter_dataset()) == [0, 2, 4, 6]

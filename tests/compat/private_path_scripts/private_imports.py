@@ -77,6 +77,37 @@ class EpisodeSteps(dataset.MapDataset):
         return [self._parent[index + j] for j in range(self._width)]
 
 
+class RepeatByWeight(dataset.MapDataset):
+    """Element i of the parent appears weights[i] times; bulk reads through Grain's _getitems."""
+
+    def __init__(self, parent, weights):
+        super().__init__(parent)
+        self._cum = np.cumsum(weights)
+        self._bulk_calls = 0
+
+    def __len__(self):
+        return int(self._cum[-1])
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        with self._stats.record_self_time():
+            epoch, i = divmod(index, len(self))
+            parent_index = int(np.searchsorted(self._cum, i, side="right"))
+        return self._parent[parent_index + epoch * len(self._parent)]
+
+    def _getitems(self, indices):
+        self._bulk_calls += 1
+        with self._stats.record_self_time(num_elements=len(indices)):
+            parent_indices = []
+            for index in indices:
+                epoch, i = divmod(index, len(self))
+                parent_indices.append(
+                    int(np.searchsorted(self._cum, i, side="right")) + epoch * len(self._parent)
+                )
+        return self._parent._getitems(parent_indices)
+
+
 class _PairSumIterator(grain.DatasetIterator):
     """Reads two parents through self._parents; times itself with Grain's stats helpers."""
 
@@ -219,6 +250,15 @@ def main() -> dict:
     out["custom_iter"]["ratio_seen"] = find_iterator(it, _PairSumIterator).seen_ratio
     out["custom_iter_restore"] = after_restore(pair.map(lambda x: x * 2).batch(2), 1)
     every = EveryOther(grain.MapDataset.range(9).to_iter_dataset())
+    weighted = RepeatByWeight(grain.MapDataset.range(4).map(lambda x: x * 10), [1, 3, 0, 2])
+    out["custom_getitems"] = {
+        "items": plain([weighted[i] for i in range(len(weighted))]),
+        "bulk": plain(weighted._getitems([5, 0, 3, 7])),
+        "iterated": plain(list(weighted.to_iter_dataset())),
+        "batched": plain(list(weighted.batch(4))),
+        "shuffled": plain(list(weighted.shuffle(seed=5))),
+        "bulk_path_used": weighted._bulk_calls > 0,
+    }
     out["every_other"] = plain(list(every))
     out["every_other_restore"] = after_restore(every, 2)
     return out
