@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = sorted(ROOT.glob("plugins/grain-plugin-*")) + [ROOT / "examples" / "grain-plugin-example"]
 
 
+GRAIN_ATTRS = "grain_core.dataset.grain_attrs"
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -38,7 +41,9 @@ def kernel_private_names() -> frozenset[str]:
     names: set[str] = set()
     for base in bases:
         for klass in base.__mro__:
-            if klass.__module__.startswith("grain_core"):
+            # Grain's private attributes (grain_attrs) serve code written for Grain, not the
+            # stage-author API, and a stage may shadow them with its own (``self._parent``).
+            if klass.__module__.startswith("grain_core") and klass.__module__ != GRAIN_ATTRS:
                 names |= {n for n in vars(klass) if _private(n)}
                 names |= {n for n in getattr(klass, "__annotations__", {}) if _private(n)}
 

@@ -11,7 +11,8 @@ unchanged. Contract, per attribute:
 * ``_parents``: set by the base ``__init__`` (the kernel's, not here): a tuple of the parents.
 * ``_ctx`` (iterators): an :class:`IteratorContext`. ``self._ctx.dataset_options`` is the
   pipeline's ``DatasetOptions`` as this iterator sees them (``DatasetOptions()`` when none were
-  applied); assigning it applies options to this iterator and its parents. ``mp_context`` holds
+  applied); assigning it applies options to this iterator and its parents. ``a._ctx = b._ctx``
+  makes ``a`` share ``b``'s context (its options are ``b``'s). ``mp_context`` holds
   Grain's ``MultiprocessingContext(process_index=0, process_count=1)`` unless a subclass assigns
   another. ``merge`` keeps the other context's options where this one has none.
 * ``_stats`` (datasets and iterators): a :class:`Stats` whose recording calls Grain stages make
@@ -110,7 +111,8 @@ class IteratorContext:
 
 
 class _Context:
-    """``iterator._ctx``: one :class:`IteratorContext` per iterator, made on first use."""
+    """``iterator._ctx``: one :class:`IteratorContext` per iterator, made on first use (a
+    non-data descriptor: ``it._ctx = other._ctx`` shares ``other``'s context, as in Grain)."""
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
@@ -122,14 +124,6 @@ class _Context:
                 fresh.mp_context = ctx.mp_context
             ctx = obj.__dict__["_grain_ctx"] = fresh
         return ctx
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        if not isinstance(value, IteratorContext):
-            raise TypeError(f"_ctx must be an IteratorContext, got {type(value).__name__}.")
-        ctx = self.__get__(obj)
-        ctx.mp_context = value.mp_context
-        if value._owner is not None and value._owner is not obj:
-            ctx.merge(value)
 
 
 class Stats:

@@ -151,8 +151,8 @@ def test_ctx_setter_applies_options_upstream():
     with pytest.raises(TypeError, match="DatasetOptions"):
         it._ctx.dataset_options = {"filter_warn_threshold_ratio": 0.5}
     other = iter(grain.MapDataset.range(2).to_iter_dataset())
-    other._ctx = it._ctx  # Grain shares one context; here the options carry over
-    assert other.options.filter_warn_threshold_ratio == 0.5
+    other._ctx = it._ctx  # shares it's context, as in Grain
+    assert other._ctx.dataset_options.filter_warn_threshold_ratio == 0.5
 
 
 def test_stats_record_nothing_and_return_elements():
