@@ -164,3 +164,40 @@ def test_remaining_after_re_splits_what_workers_left():
     assert whole.after([5], 1, 16) == Remaining((), 5)  # a prefix
     assert whole.after([0, 0], 2, 16) is whole
     assert whole.after([8, 8], 2, 16) == Remaining((), 16)  # all read
+
+
+def _round_robin_counts(size, workers, batch, batches):
+    """How many positions of its slice each of ``workers`` workers (batching its slice of ``size``
+    positions by ``batch``) had returned after the consumer took ``batches`` batches in turn."""
+    left = [len(range(w, size, workers)) for w in range(workers)]
+    counts = [0] * workers
+    w = 0
+    for _ in range(batches):
+        live = [v for v in range(workers) if left[(w + v) % workers]]
+        if not live:
+            break
+        w = (w + live[0]) % workers
+        take = min(batch, left[w])
+        counts[w] += take
+        left[w] -= take
+        w = (w + 1) % workers
+    return counts
+
+
+def test_remaining_after_chains_of_restores_matches_a_brute_force_replay():
+    """Random worker counts, batch sizes and stopping points, restored one after another: the
+    positions left are always exactly those no worker returned, in stream order."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 120))
+        remaining, left = Remaining(), list(range(n))
+        for _ in range(int(rng.integers(1, 5))):
+            size = remaining.size(n)
+            assert remaining.positions(np.arange(size)).tolist() == left
+            workers, batch = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+            counts = _round_robin_counts(size, workers, batch, int(rng.integers(0, 12)))
+            taken = {w + workers * j for w in range(workers) for j in range(counts[w])}
+            left = [p for i, p in enumerate(left) if i not in taken]
+            remaining = remaining.after(counts, workers, n)
+        assert remaining.positions(np.arange(remaining.size(n))).tolist() == left
+        assert list(remaining.holes) == sorted(set(remaining.holes))
