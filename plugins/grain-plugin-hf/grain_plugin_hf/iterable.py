@@ -170,6 +170,11 @@ class HuggingFaceIterDataset(grain.IterDataset):
         return self._num_shards
 
     @property
+    def process(self) -> tuple[int, int]:
+        """``(shard_index, shard_count)`` of the JAX process split (``(0, 1)`` without one)."""
+        return self._process
+
+    @property
     def identity(self) -> str:
         """The fingerprint states carry to refuse another dataset."""
         return self._identity
@@ -277,8 +282,9 @@ class HuggingFaceIterator(SourceIterator):
                 raise _state.StateMismatchError(
                     f"{KIND}: the state was saved by reader {state['reader']} of {state['readers']} "
                     f"(JAX process + mp_prefetch worker), this iterator is reader {self._reader} of "
-                    f"{self._readers}. Re-split the saved states with "
-                    "grain_plugin_hf.resplit_states(states, ...) for another process or worker count."
+                    f"{self._readers}. Re-split saved states for another worker count with "
+                    "grain_plugin_hf.resplit_worker_state(state, dataset, num_workers), for another "
+                    "process count with grain_plugin_hf.resplit_states(states, reader, readers)."
                 )
         super().check_state(state)
         done, partial = state["done"], state["partial"]
@@ -319,38 +325,48 @@ class HuggingFaceIterator(SourceIterator):
 def resplit_states(states: list[Mapping[str, Any]], reader: int, readers: int) -> dict[str, Any]:
     """The state of reader ``reader`` of ``readers`` continuing where the saved ``states`` stopped.
 
-    ``states`` are the :class:`HuggingFaceIterDataset` iterator states of *every* reader of the
-    saved run (e.g. ``process_<p>-of-<N>.json`` of N JAX processes without ``mp_prefetch``): the
-    finished shards and the position inside each started shard are merged, and the new reader
-    gets its own shards (``reader, reader + readers, ...``) with their progress, so no example is
-    lost or repeated over the epoch. With ``mp_prefetch``, reader ``p + N * w`` is worker ``w`` of
-    process ``p`` of ``N``.
+    ``states`` are :class:`HuggingFaceIterDataset` iterator states of the saved readers (e.g.
+    ``process_<p>-of-<N>.json`` of N JAX processes, or the workers of one process, see
+    :func:`grain_plugin_hf.resplit_worker_state`). Their finished shards and the position inside
+    each started shard are merged, and the new reader gets its own shards (``reader, reader +
+    readers, ...``) with their progress, so no example is lost or repeated over the epoch. The
+    states must include every saved reader that owned one of the new reader's shards. Reader
+    ``p + N * w`` is ``mp_prefetch`` worker ``w`` of JAX process ``p`` of ``N``.
 
     Raises:
-      StateMismatchError: the states are not all of one dataset, or not one of each saved reader.
+      StateMismatchError: the states are not of one dataset and one split, or a saved reader the new
+        one needs is missing.
     """
     if not states or not all(isinstance(s, Mapping) and s.get("kind") == KIND for s in states):
         raise _state.StateMismatchError(
-            f"resplit_states takes the {KIND} iterator states of every saved reader."
+            f"resplit_states takes {KIND} iterator states (a list of get_state() dicts)."
         )
     first = states[0]
-    if any(s.get("dataset") != first.get("dataset") or s.get("num_shards") != first.get("num_shards")
-           for s in states):
-        raise _state.StateMismatchError("resplit_states: the states come from different datasets.")
-    saved_readers = first.get("readers")
-    if sorted(s.get("reader") for s in states) != list(range(int(saved_readers))) or any(
-        s.get("readers") != saved_readers for s in states
+    if any(
+        s.get("dataset") != first.get("dataset") or s.get("num_shards") != first.get("num_shards")
+        for s in states
     ):
+        raise _state.StateMismatchError("resplit_states: the states come from different datasets.")
+    saved_readers = int(first["readers"])
+    given = [int(s["reader"]) for s in states]
+    if any(int(s["readers"]) != saved_readers for s in states) or len(set(given)) != len(given):
         raise _state.StateMismatchError(
-            f"resplit_states: need the states of all {saved_readers} saved readers, one each; got "
-            f"readers {sorted(s.get('reader') for s in states)}."
+            "resplit_states: the states must come from one run (one reader count), one per reader; "
+            f"got readers {sorted(given)} of {[s.get('readers') for s in states]}."
         )
     if not 0 <= reader < readers:
         raise ValueError(f"resplit_states: reader {reader} is not in [0, {readers}).")
-    done = {int(x) for s in states for x in s["done"]}
-    partial = {int(k): v for s in states for k, v in s["partial"].items()}
     num_shards = int(first["num_shards"])
     mine = set(range(reader, num_shards, readers))
+    missing = sorted({s % saved_readers for s in mine} - set(given))
+    if missing:
+        raise _state.StateMismatchError(
+            f"resplit_states: reader {reader} of {readers} takes shards owned by saved readers "
+            f"{missing} of {saved_readers}, whose states were not given (pass the states of every "
+            "process and worker of the saved run)."
+        )
+    done = {int(x) for s in states for x in s["done"]}
+    partial = {int(k): v for s in states for k, v in s["partial"].items()}
     return _state.make_state(
         KIND,
         dataset=first["dataset"],

@@ -10,7 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import table_dict
-from grain_plugin_hf import HuggingFaceIterDataset, NotResumableError, resplit_states
+from grain_plugin_hf import (
+    HuggingFaceIterDataset,
+    NotResumableError,
+    resplit_states,
+    resplit_worker_state,
+)
 
 import grain_core as grain
 from grain_core import testing
@@ -135,3 +140,32 @@ def _make(start=0):
 
 def test_stage_conforms():
     testing.check_stage(functools.partial(_make), foreign=functools.partial(_make, 1000))
+
+
+@pytest.mark.parametrize(("k", "k2"), [(2, 3), (3, 1), (0, 2), (2, 0)])
+def test_restore_into_another_worker_count(k, k2):
+    ds = HuggingFaceIterDataset(_stream())
+
+    def make(workers):
+        return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)) if workers else ds
+
+    it = iter(make(k))
+    head = _labels(next(it) for _ in range(13))
+    state = it.get_state()
+    getattr(it, "close", lambda: None)()
+    it2 = iter(make(k2))
+    if k != k2:
+        with pytest.raises(grain.state.StateMismatchError):
+            it2.set_state(state)  # refused as it is: the split differs
+    it2.set_state(resplit_worker_state(state, ds, k2))
+    rest = _labels(it2)
+    getattr(it2, "close", lambda: None)()
+    assert sorted(head + rest) == list(range(N))
+
+
+def test_resplit_needs_the_owning_readers():
+    shard = grain.sharding.ShardOptions
+    it = iter(HuggingFaceIterDataset(_stream(), shard_options=shard(0, 2)))
+    next(it)
+    with pytest.raises(grain.state.StateMismatchError, match="saved readers"):
+        resplit_states([it.get_state()], 0, 3)  # reader 0 of 3 takes shard 3, owned by reader 1
