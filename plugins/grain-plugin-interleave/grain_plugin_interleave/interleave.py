@@ -553,6 +553,31 @@ class _InterleaveIterator(grain.DatasetIterator):
         res.drop_pending()
         self._prefetch_opens()
 
+    def _get_next_index(self) -> int:
+        """As in Grain: with one dataset, its iterator's next index; else NotImplementedError."""
+        slot = self._only_slot("get_next_index", open_it=False)
+        return 0 if slot is None else grain.experimental.get_next_index(slot.it)
+
+    def _set_next_index(self, index: int) -> None:
+        slot = self._only_slot("set_next_index", open_it=True)
+        assert slot is not None
+        grain.experimental.set_next_index(slot.it, index)
+        slot.held, slot.held_state = [], None
+        self._last = None
+
+    def _only_slot(self, what: str, open_it: bool) -> _Slot | None:
+        if self._ds._n != 1:
+            raise NotImplementedError(
+                f"{what} is not supported for InterleaveDatasetIterator with more than one dataset."
+            )
+        self._settle()
+        if open_it and self._res.slots[0] is None and self._next_ds == 0:
+            self._open_slot(0)
+        slot = self._res.slots[0]
+        if slot is not None and slot.reader is not None:
+            raise NotImplementedError(f"{what} is not supported with iter_buffer_size > 0.")
+        return slot
+
     def start_prefetch(self) -> None:
         self._prefetch_opens()
 
