@@ -81,7 +81,6 @@ def as_list(batch):
 
 @pytest.fixture(scope="session")
 def has_runtime():
-    try:
-        import grain_core.runtime.multiprocess  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"worker runtime not available yet: {e}")
+    """The worker runtime is part of the kernel: a failed import fails the tests that need it
+    (never a skip that would hide it)."""
+    import grain_core.runtime.multiprocess  # noqa: F401

@@ -20,10 +20,11 @@ ar = pytest.importorskip("array_record.python.array_record_module")
 
 
 def _need(namespace, name):
+    """``namespace.name``; its plugin is installed in this session, so a missing name fails."""
     try:
         return getattr(namespace, name)
     except AttributeError as e:
-        pytest.skip(str(e))
+        pytest.fail(f"{name} is missing although the integration session installs every plugin: {e}")
 
 
 # --- local stand-ins -------------------------------------------------------------------------------
