@@ -83,6 +83,27 @@ def test_filtered_batches_per_worker_move_exactly_once(has_runtime):
     assert sorted(_ids(before + after)) == list(range(2, N + 1, 2))
 
 
+def test_a_shards_state_moves_within_its_shard(has_runtime):
+    def shard_loader(workers):
+        return grain.DataLoader(
+            data_source=list(range(N)),
+            sampler=grain.IndexSampler(N, shuffle=True, seed=7, num_epochs=1),
+            operations=[grain.transforms.Batch(4)],
+            shard_options=grain.ShardOptions(1, 2),
+            worker_count=workers,
+        )
+
+    with iter(shard_loader(0)) as it:
+        shard = sorted(_ids(list(it)))
+    with iter(shard_loader(2)) as it:
+        before = _take(it, 3)
+        state = it.get_state()
+    with iter(shard_loader(3)) as it:
+        it.set_state(state)
+        after = list(it)
+    assert len(shard) == N // 2 and sorted(_ids(before + after)) == shard
+
+
 def test_workers_to_in_process_exactly_once(has_runtime):
     with iter(_loader(3)) as it:
         before = _take(it, 4)
