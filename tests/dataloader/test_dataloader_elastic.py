@@ -13,6 +13,7 @@ import pytest
 from conftest import Even, PlusOne, Twice
 
 import grain_core as grain
+import grain_core.python
 from grain_core.checkpoint.dataloader_elastic import Remaining
 from grain_core.runtime.elastic import NotElasticError
 from grain_core.state import InvalidStateError, StateMismatchError
@@ -143,6 +144,30 @@ def test_flat_map_move_is_refused_saying_why(has_runtime):
     with iter(_loader(2, ops=[Twice()])) as it:  # the same count restores as always
         it.set_state(state)
         next(it)
+
+
+class KeepAll(grain.python.Operation):
+    """A legacy custom Operation: a function over the iterator of records."""
+
+    def __call__(self, input_iterator):
+        yield from input_iterator
+
+
+def test_custom_operation_move_is_refused_saying_why(has_runtime):
+    def custom_loader(workers):
+        return grain.DataLoader(
+            data_source=list(range(N)),
+            sampler=grain.IndexSampler(N, shuffle=True, seed=7, num_epochs=1),
+            operations=[KeepAll()],
+            worker_count=workers,
+        )
+
+    with iter(custom_loader(0)) as it:
+        next(it)
+        state = it.get_state()
+    with iter(custom_loader(1)) as it:
+        with pytest.raises(NotElasticError, match=r"worker_count=0.*worker_count=1.*custom legacy Op"):
+            it.set_state(state)
 
 
 def test_a_state_of_another_pipeline_is_refused_naming_both_counts(has_runtime):
