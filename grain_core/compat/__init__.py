@@ -12,7 +12,9 @@ Three ways, all opt-in and all refusing to hide a really installed google ``grai
 
 With the alias, ``import grain``, ``import grain.python as grain``, ``from grain.experimental
 import ElasticIterator`` and every other ``grain.X`` module resolve to ``grain_core`` / ``grain_core.X``
-(the same module objects). See docs/migration.md.
+(the same module objects). Grain's private paths that public projects import (``from
+grain._src.python.dataset.sources.tfrecord_dataset import _TFRecordReader``, ...) resolve through one
+table, :mod:`grain_core.compat.private_paths`. See docs/migration.md.
 """
 
 from __future__ import annotations
