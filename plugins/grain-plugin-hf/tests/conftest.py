@@ -17,7 +17,6 @@ os.environ["HF_HOME"] = os.path.join(_CACHE, "home")
 os.environ["HF_DATASETS_CACHE"] = os.path.join(_CACHE, "datasets")
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import grain_core  # noqa: E402
@@ -29,17 +28,6 @@ except AttributeError:  # running from the folder without installing: register b
     from grain_plugin_hf import plugin
 
     plugins.register(plugin)
-
-
-def table_dict(n: int, start: int = 0) -> dict:
-    """``n`` rows of (text, variable-length int list, small float array, label)."""
-    ids = np.arange(start, start + n)
-    return {
-        "text": [f"row {i}" for i in ids],
-        "tokens": [list(range(i % 5)) for i in ids],
-        "vec": [[float(i), i / 2, -float(i)] for i in ids],
-        "label": [int(i) for i in ids],
-    }
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import table_dict
 from grain_plugin_hf import (
     HuggingFaceIterDataset,
     NotResumableError,
     resplit_states,
     resplit_worker_state,
 )
+from hf_testdata import table_dict
 
 import grain_core as grain
 from grain_core import testing
