@@ -21,6 +21,7 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.prefetch import get_next_index, set_next_index
 
 __all__ = ["ThreadPrefetchIterDataset", "ThreadPrefetchDatasetIterator"]
 
@@ -173,7 +174,9 @@ class _Producer:
 
     def shutdown(self) -> None:
         self.stop()
-        self.parent.close()
+        close = getattr(self.parent, "close", None)
+        if close is not None:
+            close()
 
 
 class ThreadPrefetchDatasetIterator(DatasetIterator):
@@ -182,7 +185,9 @@ class ThreadPrefetchDatasetIterator(DatasetIterator):
     one_to_one = True
 
     def __init__(self, parent: DatasetIterator, prefetch_buffer_size: int):
-        super().__init__(parent)
+        # A parent that is not a DatasetIterator (any iterator with get_state / set_state, as
+        # Grain accepts) is the one parent, not a sequence of them.
+        super().__init__(parent if isinstance(parent, DatasetIterator) else (parent,))
         self._producer = _Producer(parent, prefetch_buffer_size)
         self._closed = False
         self._finalizer = weakref.finalize(self, self._producer.shutdown)
@@ -264,7 +269,20 @@ class ThreadPrefetchDatasetIterator(DatasetIterator):
         p = self._producer
         p.stop()
         self._parents[0].set_state(state["parent"])
-        p.last = (p.seq, state["parent"])
+        p.last = (p.seq, None)  # the parent's own state is read when needed (as Grain reports it)
+
+    def _get_next_index(self) -> int:
+        """As in Grain: the parent's next index at this iterator's position (elements read ahead
+        are dropped and the parent moved back there first)."""
+        if self._producer.last[1] is not None:
+            self.set_state(self.get_state())
+        return get_next_index(self._parents[0])
+
+    def _set_next_index(self, index: int) -> None:
+        p = self._producer
+        p.stop()
+        set_next_index(self._parents[0], index)
+        p.last = (p.seq, None)  # the parent's state is read when needed (get_state, next start)
 
     def close(self) -> None:
         self._closed = True
