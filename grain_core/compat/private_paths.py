@@ -111,6 +111,10 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "DataLoaderIterator": "grain_core.data_loader:DataLoaderIterator",
     },
     "grain._src.python.load": {"load": "grain_core.loading:load"},
+    "grain._src.python.checkpoint.handler": {
+        # Orbax's checkpoint metadata names Grain's handler by this path.
+        "CheckpointHandler": "grain_core.checkpoint:CheckpointHandler",
+    },
     "grain._src.python.ipc.shared_memory_array": {
         "SharedMemoryArray": "grain_core.multiprocessing:SharedMemoryArray",
     },
@@ -220,10 +224,11 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
 
 #: Paths that older Grain releases had and 0.2.18 renamed: old path -> the 0.2.18 path whose
 #: entry it shares (``grain._src.core.tree`` became ``tree_lib``, ``shared_memory_array`` moved
-#: into ``ipc``).
+#: into ``ipc``, ``checkpoint_handlers`` became ``checkpoint.handler``).
 OLDER_GRAIN_PATHS: dict[str, str] = {
     "grain._src.core.tree": "grain._src.core.tree_lib",
     "grain._src.python.shared_memory_array": "grain._src.python.ipc.shared_memory_array",
+    "grain._src.python.checkpoint_handlers": "grain._src.python.checkpoint.handler",
 }
 
 #: Names that older Grain releases had at a path and 0.2.18 moved (public code still imports them
