@@ -255,7 +255,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
         if "_getitems" in cls.__dict__ and "__getitems__" not in cls.__dict__:
-            cls.__getitems__ = route_getitems(cls.__dict__["_getitems"])  # type: ignore[method-assign]
+            cls.__getitems__ = route_getitems(cls.__dict__["_getitems"])  # type: ignore[method-assign,assignment]
         if "_getitem" in cls.__dict__:
             return
         if "element_at" in cls.__dict__:
