@@ -609,7 +609,8 @@ class ProcessPool:
                 how = f"signal {signal.Signals(-code).name}"
             except ValueError:
                 how = f"signal {-code}"
-        ch.lost = f"(pid {proc.pid}) died unexpectedly ({how})"
+        # Grain's wording ("was terminated unexpectedly with exit code N"), which clients match.
+        ch.lost = f"(pid {proc.pid}) was terminated unexpectedly with {how}"
         self._signal_ready()
 
     # --- closing -----------------------------------------------------------------------------------
