@@ -241,3 +241,15 @@ def test_many_chunk_tables_read_chunk_by_chunk():
     assert len(d.data.table.to_batches()) > 1
     src = HuggingFaceDataSource(d)
     _check_rows(src, d.with_format("numpy"), [34, 0, 8, 8, 20, 13, 1])
+
+
+def test_plain_wrapper_reads_chunks_through_datasets_getitems():
+    # docs/differences.md: MapDataset.source over the dataset itself reads chunks through datasets'
+    # __getitems__ (batch formatting: float64 -> float32); Grain reads dataset[i] per row.
+    d = datasets.Dataset.from_dict({"x": [1.5, 2.5, 3.5]}).with_format("numpy")
+    plain = grain.MapDataset.source(d)
+    assert isinstance(plain[0]["x"], np.float64)
+    assert isinstance(list(plain.to_iter_dataset())[0]["x"], np.float32)
+    ours = grain.MapDataset.source(HuggingFaceDataSource(d))
+    assert isinstance(ours[0]["x"], np.float64)
+    assert all(isinstance(r["x"], np.float64) for r in ours.to_iter_dataset())
