@@ -237,6 +237,16 @@ class HuggingFaceIterator(SourceIterator):
                 self._done.add(self._current)
                 self._partial.pop(self._current, None)
                 self._close_shard()
+            except BaseException:
+                # A generator that raised (an error, Ctrl-C) is finished: keep the shard's position
+                # and reopen it there on the next call, so nothing is skipped or marked done.
+                self._keep_position()
+                raise
+
+    def _keep_position(self) -> None:
+        if self._current is not None and self._shard_ds is not None:
+            self._partial[self._current] = self._shard_ds.state_dict()
+        self._close_shard()
 
     def _close_shard(self) -> None:
         gen, self._gen, self._shard_ds, self._current = self._gen, None, None, None

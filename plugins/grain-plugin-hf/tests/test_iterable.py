@@ -169,3 +169,31 @@ def test_resplit_needs_the_owning_readers():
     next(it)
     with pytest.raises(grain.state.StateMismatchError, match="saved readers"):
         resplit_states([it.get_state()], 0, 3)  # reader 0 of 3 takes shard 3, owned by reader 1
+
+
+_FAIL_AT = []  # labels at which the generator raises once
+
+
+def _flaky_gen(shards):
+    for s in shards:
+        for i in range(s * 5, s * 5 + 5):
+            if i in _FAIL_AT:
+                _FAIL_AT.remove(i)
+                raise RuntimeError(f"read error at {i}")
+            yield {"label": i}
+
+
+def test_an_error_inside_the_dataset_loses_nothing():
+    stream = datasets.IterableDataset.from_generator(_flaky_gen, gen_kwargs={"shards": [0, 1, 2]})
+    it = iter(HuggingFaceIterDataset(stream))
+    _FAIL_AT[:] = [3, 11]
+    out = []
+    errors = 0
+    while True:
+        try:
+            out.append(int(next(it)["label"]))
+        except StopIteration:
+            break
+        except RuntimeError:
+            errors += 1
+    assert errors == 2 and out == list(range(15))
