@@ -62,11 +62,27 @@ class FeatureSpec:
             dtype=np.int64,
         )
         meta = set(meta_features)
-        names = {p[-1] if p else None for p in self.paths} | {path_name(p) for p in self.paths}
-        unknown = sorted(str(m) for m in meta if m not in names)
-        if unknown:
-            raise ValueError(f"{owner}: meta_features {unknown} are not features of length_struct.")
-        self.meta = [bool(p and (p[-1] in meta or path_name(p) in meta)) for p in self.paths]
+        # A meta feature names a leaf (its key or its "a/b" path) or, as in Grain, a nested
+        # feature (a dict such as {"inner": ...}): every leaf under it is meta then.
+        names = {k for p in self.paths for k in p} | {
+            path_name(p[:i]) for p in self.paths for i in range(1, len(p) + 1)
+        }
+        unknown = sorted((m for m in meta if m not in names), key=str)
+        # The bin packers, as Grain's, keep a meta feature length_struct does not name (an image,
+        # say) as the list of the packed examples' values ("non-sequence" meta features).
+        dict_out = isinstance(length_struct, Mapping) and all(
+            p and isinstance(p[-1], str) for p in self.paths
+        )
+        self.extra_meta = unknown if drop_extra and dict_out else []
+        if unknown and not self.extra_meta:
+            raise ValueError(
+                f"{owner}: meta_features {[str(m) for m in unknown]} are not features of "
+                "length_struct."
+            )
+        self.meta = [
+            bool(p) and any(k in meta or path_name(p[: i + 1]) in meta for i, k in enumerate(p))
+            for p in self.paths
+        ]
         self.pads: list[Any] = self.per_feature(padding_struct, "padding_struct", 0)
         # Outputs keep dicts and add sibling keys when every packed leaf sits in a dict.
         self.sibling_keys = all(p and isinstance(p[-1], str) for p in self.paths)
@@ -100,13 +116,30 @@ class FeatureSpec:
             raise ValueError(f"{self.owner}: {what} {name!r} {problem} length_struct {known}.")
         return hits[0]
 
-    def arrays(self, element: Any) -> list[np.ndarray]:
-        """The element's feature arrays in ``self.paths`` order; raises on a mismatch.
+    def arrays(self, element: Any) -> list[Any]:
+        """The element's feature arrays in ``self.paths`` order; raises on a mismatch. With
+        non-sequence meta features (``extra_meta``) a dict of their values follows the arrays.
 
         With ``drop_extra`` (the bin packers, as in Grain) features that ``length_struct`` does not
         name are dropped; otherwise (``ConcatThenSplitIterDataset``, as in Grain) they raise
         ``ValueError``, as does a feature that ``length_struct`` names but the element lacks.
         """
+        if self.extra_meta:
+            if not isinstance(element, Mapping) or any(k not in element for k in self.extra_meta):
+                missing = [
+                    str(k)
+                    for k in self.extra_meta
+                    if not isinstance(element, Mapping) or k not in element
+                ]
+                raise ValueError(
+                    f"{self.owner}: meta_features {missing} are neither features of length_struct "
+                    "nor keys of the element."
+                )
+            extras = {k: element[k] for k in self.extra_meta}
+            return [*self._arrays(element), extras]
+        return self._arrays(element)
+
+    def _arrays(self, element: Any) -> list[np.ndarray]:
         if self.trailing is not None and self._flat_keys and type(element) is dict:
             # Fast path: a flat dict of arrays like the earlier elements' (other keys dropped with ``drop_extra``).
             if len(element) == len(self._flat_keys) or (
@@ -178,8 +211,23 @@ class FeatureSpec:
             pos.append(np.zeros((rows, n), dtype=np.int32))
         return data, seg, pos
 
-    def assemble(self, data: list[np.ndarray], seg: list[np.ndarray], pos: list[np.ndarray]) -> Any:
-        """The output PyTree of one packed row."""
+    def assemble(
+        self,
+        data: list[np.ndarray],
+        seg: list[np.ndarray],
+        pos: list[np.ndarray],
+        extras: list[dict[str, Any]] | None = None,
+    ) -> Any:
+        """The output PyTree of one packed row (``extras``: the non-sequence meta features of the
+        row's examples, in packing order, each kept as the list of their values)."""
+        out = self._assemble(data, seg, pos)
+        for k in self.extra_meta:
+            out[k] = [e[k] for e in extras or ()]
+        return out
+
+    def _assemble(
+        self, data: list[np.ndarray], seg: list[np.ndarray], pos: list[np.ndarray]
+    ) -> Any:
         if self.sibling_keys:
             out = _copy_structure(self.template)
             for p, meta, d, s, q in zip(self.paths, self.meta, data, seg, pos):
@@ -256,6 +304,11 @@ def packed_spec(spec: FeatureSpec, parent_spec: Any) -> Any:
     are dropped by the bin packers and refused by ``ConcatThenSplitIterDataset`` (as when
     reading)."""
     struct = grain.experimental.ShapeDtypeStruct
+    if spec.extra_meta:
+        raise NotImplementedError(
+            f"{spec.owner}: element spec inference is not implemented with non-sequence "
+            f"meta_features {spec.extra_meta} (lists of as many values as examples packed)."
+        )
     leaves = _flatten_like(parent_spec, spec.template)
     if spec.drop_extra:
         leaves = [(p, leaf) for p, leaf in leaves if p in spec._known]

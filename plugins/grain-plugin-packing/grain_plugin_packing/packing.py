@@ -141,6 +141,7 @@ class _Round:
         # closed to that feature, even to empty sequences, as in grain).
         self.remaining = [spec.lengths.tolist() for _ in range(bins)]
         self.counts = [0] * bins
+        self.extras: list[list[dict[str, Any]]] = [[] for _ in range(bins)]  # non-sequence meta
         self.order: list[int] = []
         self.emitted = 0
 
@@ -285,6 +286,8 @@ class _PackIterator(OneParentIterator):
             else:
                 remaining[b] = [r - n for r, n in zip(rem_b, lengths)]
             counts[b] = seg_id
+            if spec.extra_meta:
+                rnd.extras[b].append(arrays[-1])
         rnd.order = self._order(rnd)
         self._round = rnd
         # The next round is rebuilt from `start` by skipping all but the last element read (the
@@ -325,7 +328,10 @@ class _PackIterator(OneParentIterator):
                 b = rnd.order[rnd.emitted]
                 rnd.emitted += 1
                 return self._spec.assemble(
-                    [d[b] for d in rnd.data], [s[b] for s in rnd.seg], [p[b] for p in rnd.pos]
+                    [d[b] for d in rnd.data],
+                    [s[b] for s in rnd.seg],
+                    [p[b] for p in rnd.pos],
+                    rnd.extras[b],
                 )
             if rnd is not None:
                 self._round = None

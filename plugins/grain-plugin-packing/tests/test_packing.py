@@ -175,8 +175,10 @@ def test_bad_inputs():
     ]
     with pytest.raises(ValueError, match="ragged"):
         list(FF(_src([{"a": [[1, 2], [3]]}]), length_struct={"a": 4}, num_packing_bins=1))
+    # A meta feature length_struct lacks is a non-sequence one (as in Grain): the element must
+    # have it.
     with pytest.raises(ValueError, match="meta_features"):
-        FF(_src([]), length_struct={"a": 3}, num_packing_bins=1, meta_features=("zz",))
+        list(FF(_src([{"a": [1]}]), length_struct={"a": 3}, num_packing_bins=1, meta_features=("zz",)))
 
 
 def test_refuses_foreign_state():
