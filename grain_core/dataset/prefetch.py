@@ -9,7 +9,10 @@ state is always the index after the last element returned, whatever has been rea
 Chunk size and read-ahead are separate. With ``num_threads=0`` or ``prefetch_buffer_size=0``
 nothing is read ahead in the background: the caller reads synchronous chunks itself, 1, 2, 4, ...
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
-``_SYNC_GROW_SECONDS``, up to ``_MAX_CHUNK`` elements and about ``CHUNK_BYTES`` bytes.
+``_SYNC_GROW_SECONDS``, and on while a chunk twice as large costs each element at most
+``_SYNC_GAIN`` of what it cost before (a source with a high cost per call, such as ArrayRecord's
+reader) and twice the chunk would take under ``_MAX_CHUNK_SECONDS``, up to ``_MAX_CHUNK`` elements
+and about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
 unreturned rest of the chunk being consumed, and each chunk holds at most about ``CHUNK_BYTES``.
@@ -77,6 +80,7 @@ _MAX_CHUNK_SECONDS = 0.02
 _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
 _SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
+_SYNC_GAIN = 0.9  # ... or while doubling them cut the cost per element to at most this share
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
 _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
@@ -253,6 +257,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         """Forgets everything read ahead and restarts cold at ``_next_index`` (see the docstring)."""
         self._chunk = 1  # elements of the next chunk read ahead by the pool
         self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
+        # Seconds per element of the last synchronous chunk read at each size (for _adapt_sync).
+        self._sync_cost: dict[int, float] = {}
         self._step_from: float | None = None  # when the current chunk was made current
         # Chunks read ahead from this index on are measured (None: not reading ahead now): once
         # the pool has read a buffer's worth since it started reading ahead (before, the consumer
@@ -302,13 +308,23 @@ class PrefetchDatasetIterator(DatasetIterator):
             limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
 
-    def _adapt_sync(self, seconds: float) -> None:
-        """Resizes chunks read by the calling thread: doubling while one takes under
-        ``_SYNC_GROW_SECONDS``, halving above four times that."""
+    def _adapt_sync(self, seconds: float, elements: int) -> None:
+        """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``):
+        doubling while one takes under ``_SYNC_GROW_SECONDS``, or, up to the largest chunk time,
+        while the last doubling cut the cost per element to ``_SYNC_GAIN`` of the half size's or
+        less, or no chunk of half the size was read yet (bulk reads with a high cost per call grow to where that cost is spread); halving
+        above the largest chunk time. The largest chunk time is ``_MAX_CHUNK_SECONDS`` without
+        threads (the caller waits for every chunk anyway) and ``4 x _SYNC_GROW_SECONDS`` with
+        threads (a chunk read when asked for stays quick enough to be read inline)."""
         limit = self._chunk_limit(False)
-        if seconds < _SYNC_GROW_SECONDS:
+        longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
+        cost = seconds / max(elements, 1)
+        self._sync_cost[elements] = cost
+        half = self._sync_cost.get(elements // 2)
+        gained = half is None or cost <= _SYNC_GAIN * half  # (no half size read yet: try it)
+        if seconds < _SYNC_GROW_SECONDS or (gained and 2 * seconds <= longest):
             self._sync_chunk = min(self._sync_chunk * 2, limit)
-        elif seconds > 4 * _SYNC_GROW_SECONDS:
+        elif seconds > longest:
             self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
         else:
             self._sync_chunk = min(self._sync_chunk, limit)
@@ -432,7 +448,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             if sizes_pool:
                 self._adapt(seconds, pool_seconds)
             if not ahead:
-                self._adapt_sync(seconds)
+                self._adapt_sync(seconds, len(items))
             if not self._allow_nones:
                 dense = not self._filter_check.record_chunk(
                     len(items), _nones_in(items), self._options
