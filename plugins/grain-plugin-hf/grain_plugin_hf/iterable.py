@@ -24,6 +24,19 @@ __all__ = ["HuggingFaceIterDataset", "NotResumableError", "resplit_states"]
 KIND = "HuggingFaceIterDataset"
 
 
+_START: dict[str, Any] = {"state": None, "skip": 0}  # a shard not started
+
+
+def _entry_ok(entry: Any) -> bool:
+    """Whether ``entry`` is a partial-shard entry ``{"state": dict | None, "skip": int >= 0}``."""
+    if not isinstance(entry, Mapping) or set(entry) != {"state", "skip"}:
+        return False
+    skip = entry["skip"]
+    return (entry["state"] is None or isinstance(entry["state"], Mapping)) and (
+        isinstance(skip, int) and not isinstance(skip, bool) and skip >= 0
+    )
+
+
 class NotResumableError(_state.StateMismatchError):
     """The dataset cannot continue exactly from a state (e.g. it has a shuffle buffer)."""
 
@@ -107,7 +120,9 @@ class HuggingFaceIterDataset(grain.IterDataset):
     is not applied (shards differ in size anyway).
 
     State: ``{dataset, num_shards, reader, readers, done, partial}`` — the shards this reader has
-    finished, and for each shard it has started, the dataset's own ``state_dict()`` there. A state
+    finished, and for each shard it has started ``{"state": the dataset's own state_dict() there,
+    "skip": 0}`` (after an error or Ctrl-C inside the dataset, the state the shard was opened at and
+    the examples returned since, replayed on restore). A state
     of another dataset (other data files, features, shard count, pipeline of ``map`` / ``filter``)
     is refused naming the dataset; a state of another reader split is refused pointing to
     :func:`grain_plugin_hf.resplit_states`, which re-splits states for other process or worker
@@ -206,10 +221,13 @@ class HuggingFaceIterator(SourceIterator):
         self._reader, self._readers = reader, readers
         self._owned = list(range(reader, ds.num_shards, readers))
         self._done: set[int] = set()
-        self._partial: dict[int, dict[str, Any]] = {}  # shard -> datasets state_dict at a restore
+        # shard -> {"state": datasets state_dict or None, "skip": examples returned after it}
+        self._partial: dict[int, dict[str, Any]] = {}
         self._current: int | None = None  # the shard being read
         self._shard_ds: Any = None
         self._gen: Any = None
+        self._base: dict[str, Any] = _START  # the partial entry the open shard started from
+        self._count = 0  # examples returned since the shard was opened
 
     @property
     def owned_shards(self) -> list[int]:
@@ -218,10 +236,18 @@ class HuggingFaceIterator(SourceIterator):
 
     def _open(self, shard: int) -> None:
         shard_ds = self._ds.dataset.shard(num_shards=self._ds.num_shards, index=shard, contiguous=True)
-        saved = self._partial.get(shard)
-        if saved is not None:
-            shard_ds.load_state_dict(saved)
-        self._shard_ds, self._gen, self._current = shard_ds, iter(shard_ds), shard
+        base = self._partial.get(shard, _START)
+        if base["state"] is not None:
+            shard_ds.load_state_dict(base["state"])
+        gen = iter(shard_ds)
+        try:
+            for _ in range(base["skip"]):  # returned before an error inside the dataset
+                next(gen)
+        except StopIteration:
+            pass  # the generator stays finished: the next call marks the shard done
+        # Commit with assignments only (an interrupt above leaves everything as it was).
+        self._shard_ds, self._gen, self._current = shard_ds, gen, shard
+        self._base, self._count = base, 0
 
     def __next__(self) -> Any:
         while True:
@@ -231,22 +257,26 @@ class HuggingFaceIterator(SourceIterator):
                     raise StopIteration
                 self._open(todo[0])
             try:
-                return next(self._gen)
+                element = next(self._gen)
+                self._count += 1
+                return element
             except StopIteration:
                 assert self._current is not None
                 self._done.add(self._current)
                 self._partial.pop(self._current, None)
                 self._close_shard()
             except BaseException:
-                # A generator that raised (an error, Ctrl-C) is finished: keep the shard's position
-                # and reopen it there on the next call, so nothing is skipped or marked done.
-                self._keep_position()
+                # A generator that raised (an error, Ctrl-C) is finished, and datasets' own
+                # state_dict may already count an example that never reached us: keep the position
+                # as where the shard started plus the examples returned, and reopen it there on the
+                # next call, so nothing is skipped, repeated or marked done.
+                if self._current is not None:
+                    self._partial[self._current] = {
+                        "state": self._base["state"],
+                        "skip": self._base["skip"] + self._count,
+                    }
+                self._close_shard()
                 raise
-
-    def _keep_position(self) -> None:
-        if self._current is not None and self._shard_ds is not None:
-            self._partial[self._current] = self._shard_ds.state_dict()
-        self._close_shard()
 
     def _close_shard(self) -> None:
         gen, self._gen, self._shard_ds, self._current = self._gen, None, None, None
@@ -256,7 +286,11 @@ class HuggingFaceIterator(SourceIterator):
     def get_state(self) -> dict[str, Any]:
         partial = {str(s): st for s, st in self._partial.items()}
         if self._current is not None:
-            partial[str(self._current)] = self._shard_ds.state_dict()
+            partial[str(self._current)] = (
+                {"state": self._shard_ds.state_dict(), "skip": 0}
+                if self._count
+                else dict(self._base)  # nothing read since opening: where it started
+            )
         return _state.make_state(
             KIND,
             dataset=self._ds.identity,
@@ -307,12 +341,13 @@ class HuggingFaceIterator(SourceIterator):
                 f"{done!r}: the state was altered or corrupted."
             )
         if not isinstance(partial, Mapping) or not all(
-            isinstance(k, str) and k.isdigit() and int(k) in owned and isinstance(v, Mapping)
+            isinstance(k, str) and k.isdigit() and int(k) in owned and _entry_ok(v)
             for k, v in partial.items()
         ):
             raise _state.InvalidStateError(
                 f"{KIND}: state field 'partial' must map shards of this reader ({self._owned}) to "
-                f"datasets state_dicts, got {partial!r}: the state was altered or corrupted."
+                "{'state': a datasets state_dict or None, 'skip': an int >= 0}, got "
+                f"{partial!r}: the state was altered or corrupted."
             )
         if self._ds._not_resumable is not None and partial:
             raise NotResumableError(
@@ -322,7 +357,9 @@ class HuggingFaceIterator(SourceIterator):
     def restore_state(self, state: Mapping[str, Any]) -> None:
         self._close_shard()
         self._done = set(state["done"])
-        self._partial = {int(k): dict(v) for k, v in state["partial"].items()}
+        self._partial = {
+            int(k): {"state": v["state"], "skip": int(v["skip"])} for k, v in state["partial"].items()
+        }
 
     def close(self) -> None:
         self._close_shard()

@@ -197,3 +197,15 @@ def test_an_error_inside_the_dataset_loses_nothing():
         except RuntimeError:
             errors += 1
     assert errors == 2 and out == list(range(15))
+
+
+def test_ctrl_c_inside_the_dataset_loses_nothing():
+    stream = datasets.Dataset.from_dict({"label": list(range(120))}).to_iterable_dataset(num_shards=3)
+    it = iter(HuggingFaceIterDataset(stream))
+    import grain_plugin_hf
+
+    out, _ = testing.drain_with_interrupts(it, packages=(grain, grain_plugin_hf, datasets))
+    assert _labels(out) == list(range(120))
+    rest = iter(HuggingFaceIterDataset(stream))
+    rest.set_state(it.get_state())
+    assert list(rest) == []
