@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from grain_core import tree
-from grain_core.dataset import base, iter_ops, map_ops, mixing, prefetch
+from grain_core.dataset import base, iter_ops, map_ops, mixing, prefetch, reshape_ops
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.cache import CacheIterDataset
 from grain_core.dataset.elastic_iterator import ElasticIterator
@@ -78,7 +78,7 @@ _PASS_THROUGH: tuple[type, ...] = (
     iter_ops.WithOptionsIterDataset,
     iter_ops.FilterIterDataset,
     iter_ops.LimitIterDataset,
-    iter_ops.RepeatIterDataset,
+    reshape_ops.RepeatIterDataset,
     prefetch.PrefetchIterDataset,
     CacheIterDataset,
     ContiguousShareMapDataset,
@@ -98,7 +98,7 @@ _MAPS: tuple[type, ...] = (
     iter_ops.MapWithIndexIterDataset,
 )
 _BATCHES: tuple[type, ...] = (map_ops.BatchMapDataset, iter_ops.BatchIterDataset)
-_ZIPS: tuple[type, ...] = (map_ops.ZipMapDataset, iter_ops.ZipIterDataset)
+_ZIPS: tuple[type, ...] = (map_ops.ZipMapDataset, reshape_ops.ZipIterDataset)
 _FLAT_MAPS: tuple[type, ...] = (map_ops.FlatMapMapDataset, iter_ops.FlatMapIterDataset)
 
 
@@ -175,7 +175,7 @@ def _infer(ds: Any) -> Any:
         return output_spec(get_element_spec(stage.parents[0]))
     if isinstance(ds, _BATCHES):
         return _batch_spec(stage, lambda: get_element_spec(stage.parents[0]))
-    if isinstance(ds, iter_ops.RebatchIterDataset):
+    if isinstance(ds, reshape_ops.RebatchIterDataset):
         return _rebatched(get_element_spec(stage.parents[0]), stage._bs)
     if isinstance(ds, _ZIPS):
         return tuple(get_element_spec(p) for p in stage.parents)

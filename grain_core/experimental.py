@@ -7,13 +7,11 @@ from grain_core.dataset.apply import apply_transformations
 from grain_core.dataset.iter_ops import (
     FlatMapIterDataset,
     LimitIterDataset,
-    RebatchIterDataset,
-    RepeatIterDataset,
     WithOptionsIterDataset,
-    ZipIterDataset,
 )
 from grain_core.dataset.map_ops import FlatMapMapDataset, ZipMapDataset, batch_and_pad
 from grain_core.dataset.prefetch import get_next_index, set_next_index
+from grain_core.dataset.reshape_ops import RebatchIterDataset, RepeatIterDataset, ZipIterDataset
 from grain_core.lazy import lazy_module_attrs
 from grain_core.options import DatasetOptions
 from grain_core.seeds import index_shuffle

@@ -3,9 +3,10 @@
 A kernel stage that calls a user function on whole chunks pulls chunks only from parents that can
 *unread*: move back over (part of) what their latest ``next()`` / ``next_chunk()`` call returned.
 When the function raises part-way through a chunk, the stage moves its parent back to just after
-the last element it accounted for, so the state stays exact and nothing is lost. Kernel stages
-define ``_unread(count)`` (``None`` where their own parent cannot); any other iterator is read one
-element at a time by such stages, which is always exact.
+the last element it accounted for, so the state stays exact and nothing is lost. The give-back is
+public: an iterator whose ``can_unread`` is true implements ``DatasetIterator.unread(count)``
+(see ``docs/writing-plugins.md``); any other iterator is read one element at a time by such
+stages, which is always exact.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "CHUNK_BYTES",
     "MixRead",
     "can_unread",
+    "give_back_inflight",
     "mix_chunk",
     "mix_unread",
     "unread",
@@ -31,41 +33,68 @@ CHUNK_BYTES = 4 << 20
 
 
 def can_unread(it: DatasetIterator) -> bool:
-    """Whether ``it`` can move back over elements its latest ``next``/``next_chunk`` returned."""
-    return getattr(it, "_unread", None) is not None
+    """Whether ``it`` can move back over elements its latest ``next``/``next_chunk`` returned
+    (its ``can_unread`` flag, see :meth:`DatasetIterator.unread`)."""
+    return bool(it.can_unread)
 
 
 def unread(it: DatasetIterator, count: int) -> None:
     """Moves ``it`` (for which :func:`can_unread` is true) back over ``count`` elements."""
-    it._unread(count)  # type: ignore[attr-defined]
+    it.unread(count)
 
 
 @dataclasses.dataclass
 class MixRead:
-    """What :func:`mix_chunk` read: ``elements`` for the positions from ``pos`` on, then what
-    stopped it early, if anything, at the position right after them: ``error``, an ``Exception``
-    a parent raised for that position (the parent consumed that element), or ``exhausted``, that
-    position's parent has no elements left."""
+    """What :func:`mix_chunk` read: ``elements`` for the positions from ``pos`` on (``count`` of
+    them), then what stopped it early, if anything, at the position right after them: ``error``,
+    an ``Exception`` a parent raised for that position (the parent consumed that element), or
+    ``exhausted``, that position's parent has no elements left."""
 
     elements: list[Any]
     error: Exception | None = None
     exhausted: bool = False
+    count: int = 0
+
+
+def give_back_inflight(parents: Sequence[DatasetIterator], inflight: dict[int, Any]) -> None:
+    """Moves each parent ``d`` of ``inflight`` back over what its latest call returned and is
+    noted there (a list of elements, or a count), removing the entry right after: an interrupt
+    leaves each entry either given back and removed or neither, so calling this again finishes
+    the job (nothing given back twice, nothing lost)."""
+    for d in list(inflight):
+        v = inflight[d]
+        n = v if isinstance(v, int) else len(v)
+        if n:
+            unread(parents[d], n)  # then no call before the entry goes
+        del inflight[d]
 
 
 def mix_chunk(
-    parents: Sequence[DatasetIterator], order: Sequence[int], pos: int, max_elements: int
+    parents: Sequence[DatasetIterator],
+    order: Sequence[int],
+    pos: int,
+    max_elements: int,
+    inflight: dict[int, Any] | None = None,
 ) -> MixRead:
     """The next elements of a fixed selection ``order`` (repeating) over ``parents``, from position
     ``pos``: each parent is asked once for all its elements among the next ``max_elements``
     positions, and the longest prefix every parent delivered is returned; parents that delivered
-    more are moved back (``_unread``).
+    more are moved back (``unread``).
 
     Parents are asked in the order of their first position, and none whose first position lies
     past the point where an earlier one fell short, so an ``Exception`` a parent raises (for its
     first element asked, which it consumed) always belongs to the position right after the
-    returned elements. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``)
-    moves every parent back over what it delivered and propagates: nothing is consumed.
+    returned elements.
+
+    ``inflight`` (the caller's, empty) notes, parent by parent, what this read took from each
+    parent and has not given back: on return it holds exactly the returned elements' share of
+    each parent, which the caller drops in the same assignment that commits the elements; when
+    an interrupt (a ``BaseException`` that is not an ``Exception``) lands anywhere before that,
+    :func:`give_back_inflight` on it puts every parent back (this function does so itself for an
+    interrupt inside it), so nothing is consumed.
     """
+    if inflight is None:
+        inflight = {}
     period = len(order)
     seq = [order[(pos + j) % period] for j in range(max_elements)]
     need = [0] * len(parents)
@@ -74,7 +103,6 @@ def mix_chunk(
         if not need[d]:
             first[d] = j
         need[d] += 1
-    got: list[list[Any]] = [[] for _ in parents]
     bound = max_elements  # no position at or after it is read
     error: Exception | None = None
     exhausted = False
@@ -90,25 +118,28 @@ def mix_chunk(
             except Exception as e:
                 bound, error = f, e
                 break
-            got[d] = g
+            inflight[d] = g  # noted as the call returns: no call in between
             if len(g) < need[d]:  # short: the position of its first missing element bounds all
                 bound = min(bound, [j for j, x in enumerate(seq) if x == d][len(g)])
-    except BaseException:
-        for d, g in enumerate(got):
-            if g:
-                unread(parents[d], len(g))
+        taken = [0] * len(parents)
+        out: list[Any] = []
+        append = out.append
+        for d in seq[:bound]:
+            i = taken[d]
+            append(inflight[d][i])
+            taken[d] = i + 1
+        for d in list(inflight):
+            g = inflight[d]
+            keep = g[: taken[d]]
+            if len(g) > len(keep):
+                unread(parents[d], len(g) - len(keep))  # then no call before the note changes
+                inflight[d] = keep
+        count = len(out)
+    except BaseException as e:
+        if not isinstance(e, Exception):
+            give_back_inflight(parents, inflight)
         raise
-    taken = [0] * len(parents)
-    out: list[Any] = []
-    append = out.append
-    for d in seq[:bound]:
-        i = taken[d]
-        append(got[d][i])
-        taken[d] = i + 1
-    for d, g in enumerate(got):
-        if len(g) > taken[d]:
-            unread(parents[d], len(g) - taken[d])
-    return MixRead(out, error, exhausted)
+    return MixRead(out, error, exhausted, count)
 
 
 def mix_unread(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from grain_core import seeds as _seeds
@@ -99,17 +99,15 @@ class _ChunkedOneToOne(_OneParentIterator):
         super().__init__(parent)
         self._fn = fn
         self._count = 0
-        self._chunked = can_unread(parent)
+        self._chunked = self.can_unread = can_unread(parent)
         self._pending: BaseException | None = None
-        # Outputs of elements the parent was moved back over (by _unread): served again without
+        # Outputs of elements the parent was moved back over (by unread): served again without
         # calling the function a second time, while the parent is moved forward over them.
         self._replay: list[Any] = []
-        self._last_out: list[Any] = []  # what the latest call returned (for _unread)
+        self._last_out: list[Any] = []  # what the latest call returned (for unread)
         # A parent that cannot move back: the element whose function call was interrupted and the
         # parent's state before it (the state of this stage until that element is returned).
         self._held: tuple[Any, Any] | None = None
-        if not self._chunked:
-            self._unread = None  # type: ignore[assignment]  # see can_unread
 
     def get_state(self):
         held = self._held
@@ -249,7 +247,7 @@ class _ChunkedOneToOne(_OneParentIterator):
         self._last_out = out
         return out
 
-    def _unread(self, count: int) -> None:
+    def unread(self, count: int) -> None:
         """Gives back the last ``count`` outputs (kept for replay). Computes first, moves the
         parent, then assigns: an interrupt before the parent moved changes nothing."""
         if count <= 0:
@@ -284,8 +282,7 @@ class _PassThroughIterator(DatasetIterator):
     def __init__(self, parent: DatasetIterator):
         super().__init__(parent)
         self._parent = parent
-        if not can_unread(parent):
-            self._unread = None  # type: ignore[assignment]  # see can_unread
+        self.can_unread = can_unread(parent)
 
     def __next__(self):
         return self._parent.__next__()  # not next(): see _ChunkedOneToOne.__next__
@@ -293,7 +290,7 @@ class _PassThroughIterator(DatasetIterator):
     def next_chunk(self, max_elements: int) -> list[Any]:
         return self._parent.next_chunk(max_elements)
 
-    def _unread(self, count: int) -> None:
+    def unread(self, count: int) -> None:
         unread(self._parent, count)
 
     def get_state(self):
@@ -471,7 +468,7 @@ class _FilterIterator(_OneParentIterator):
     *surplus*) in itself: ``next()`` and ``next_chunk(n)`` serve from that surplus and read the next
     parent chunk only when it is used up (a ``next_chunk`` call never returns elements of two parent
     chunks, so it may return fewer than asked at a chunk's end). ``get_state()`` first gives the
-    parent back (``_unread``) the elements read after the last one returned, remembering their
+    parent back (``unread``) the elements read after the last one returned, remembering their
     verdicts (and the error of a failing one) so that no element is tested twice: the state is
     always the position after the last element returned, as with element-wise reading.
 
@@ -503,7 +500,7 @@ class _FilterIterator(_OneParentIterator):
         self._tested = 0  # parent elements read and not given back (for error messages)
         self._kept_total = 0
         self._seen_total = 0
-        self._chunked = can_unread(parent)
+        self._chunked = self.can_unread = can_unread(parent)
         # The latest parent chunk (what the parent's latest call returned and was not given back):
         # the verdicts of its elements, the accepted ones (the first `_served` of them returned)
         # and, if its last element failed, that element's error (raised once `_kept` is served).
@@ -518,8 +515,6 @@ class _FilterIterator(_OneParentIterator):
         # A parent that cannot move back: the element whose test was interrupted and the
         # parent's state before it (see _ChunkedOneToOne).
         self._held: tuple[Any, Any] | None = None
-        if not self._chunked:
-            self._unread = None  # type: ignore[assignment]  # see can_unread
 
     # --- serving ------------------------------------------------------------------------------
 
@@ -546,7 +541,7 @@ class _FilterIterator(_OneParentIterator):
             return out
         return self._read(max_elements)
 
-    def _unread(self, count: int) -> None:
+    def unread(self, count: int) -> None:
         """Moves back over the last ``count`` elements returned: they are all in ``_kept``."""
         if count > 0:
             self._served -= count
@@ -861,7 +856,7 @@ class _BatchIterator(_OneParentIterator):
     def __next__(self):
         """One batch. Its elements are pulled with ``next_chunk`` into ``items`` in one step
         (``items += ...``), so an interrupt (``KeyboardInterrupt``) anywhere, stacking included,
-        finds them there and gives them back: ``_unread`` after one parent call, the parent's
+        finds them there and gives them back: ``unread`` after one parent call, the parent's
         state from before the batch after several (noted when a second call becomes necessary),
         or, for parents that cannot move back, held here with that state for the next call. An
         ``Exception`` propagates and the elements read are consumed, as in Grain."""
@@ -1029,66 +1024,6 @@ class _FlatMapIterator(_SnapshotIterator):
         return x
 
 
-class RebatchIterDataset(_OneParentIterDataset):
-    """Re-cuts batched elements into batches of ``batch_size`` along the leading axis."""
-
-    def __init__(self, parent: IterDataset, batch_size: int, drop_remainder: bool = False):
-        super().__init__(parent)
-        self._bs = tr.check_batch_size(batch_size)
-        self._drop = bool(drop_remainder)
-
-    def __iter__(self):
-        return _RebatchIterator(iter(self._parent), self._bs, self._drop)
-
-
-def _leading_dim(batch: Any) -> int:
-    leaves = tree.flatten_with_paths(batch)
-    if not leaves:
-        raise ValueError("RebatchIterDataset: an element has no array leaves.")
-    sizes = {len(leaf) for _, leaf in leaves}
-    if len(sizes) != 1:
-        raise ValueError(
-            f"RebatchIterDataset: leaves of one element have different leading sizes {sorted(sizes)}."
-        )
-    return sizes.pop()
-
-
-class _RebatchIterator(_SnapshotIterator):
-    kind = "RebatchIterDataset"
-
-    def __init__(self, parent, bs, drop):
-        super().__init__(parent)
-        self._bs, self._drop = bs, drop
-
-    def _expand(self, x):
-        return [x, _leading_dim(x)]
-
-    def _extra_state(self):
-        return {"batch_size": self._bs}
-
-    def _check_extra_state(self, state):
-        _check_batch_size_field(state, self._bs)
-
-    def __next__(self):
-        pieces, need = [], self._bs
-        while need:
-            if not self._pending or self._taken >= self._pending[1]:
-                try:
-                    self._pull()
-                except StopIteration:
-                    if not pieces or self._drop:
-                        raise
-                    break
-                continue
-            batch, size = self._pending
-            take = min(need, size - self._taken)
-            lo = self._taken
-            pieces.append(tree.map_structure(lambda a, lo=lo, take=take: a[lo : lo + take], batch))
-            self._taken += take
-            need -= take
-        return pieces[0] if len(pieces) == 1 else tree.concatenate(pieces)
-
-
 class LimitIterDataset(_OneParentIterDataset):
     """At most ``count`` elements of the parent."""
 
@@ -1136,118 +1071,4 @@ class _LimitIterator(_OneParentIterator):
         self._count = int(state["count"])
 
 
-class ZipIterDataset(IterDataset):
-    """Tuples of the next element of each parent.
-
-    With ``strict=True`` (Grain's default) parents of different lengths raise ``ValueError`` when
-    the shortest one ends, as Python's ``zip(strict=True)``; with ``strict=False`` the zip stops
-    when any parent stops.
-    """
-
-    def __init__(self, parents: Sequence[IterDataset], *, strict: bool = True):
-        parents = [_check_iter_parent(p, "ZipIterDataset") for p in parents]
-        if not parents:
-            raise ValueError("ZipIterDataset needs at least one dataset.")
-        super().__init__(parents)
-        self._strict = bool(strict)
-
-    def __iter__(self):
-        return _ZipIterator([iter(p) for p in self._parents], strict=self._strict)
-
-
-def _zip_length_error(i: int, why: str) -> ValueError:
-    """Grain's exact message (its tests match it literally); the remedy goes in a note."""
-    others = "argument 1" if i == 1 else f"arguments 1-{i}"
-    error = ValueError(f"ZipIterDataset argument {i + 1} is {why} than {others}")
-    error.add_note("Pass strict=False to stop at the shortest input.")
-    return error
-
-
-class _ZipIterator(DatasetIterator):
-    def __init__(self, parents: Sequence[DatasetIterator], *, strict: bool = False):
-        super().__init__(parents)
-        self._strict = strict
-
-    def __next__(self):
-        items = []
-        for i, p in enumerate(self._parents):
-            try:
-                items.append(next(p))
-            except StopIteration:
-                if not self._strict:
-                    raise
-                if i > 0:
-                    raise _zip_length_error(i, "shorter") from None
-                for j in range(1, len(self._parents)):
-                    try:
-                        next(self._parents[j])
-                    except StopIteration:
-                        continue
-                    raise _zip_length_error(j, "longer") from None
-                raise
-        return tuple(items)
-
-    def get_state(self):
-        return _state.make_state("ZipIterDataset", parents=[p.get_state() for p in self._parents])
-
-    def set_state(self, state):
-        _state.expect_state(state, "ZipIterDataset", ("parents",))
-        if len(state["parents"]) != len(self._parents):
-            raise _state.StateMismatchError(
-                f"zip state has {len(state['parents'])} parents, this pipeline has {len(self._parents)}."
-            )
-        with _state.rollback_on_error(self):
-            for p, s in zip(self._parents, state["parents"]):
-                p.set_state(s)
-
-
-class RepeatIterDataset(_OneParentIterDataset):
-    """The parent's elements ``num_epochs`` times (forever with ``None``), re-iterating the parent
-    from its start for each epoch. An epoch that yields nothing ends the repetition (no busy loop)."""
-
-    def __init__(self, parent: IterDataset, num_epochs: int | None = None):
-        super().__init__(parent)
-        self._epochs = None if num_epochs is None else check_int(
-            num_epochs, "RepeatIterDataset: num_epochs", minimum=1
-        )
-
-    def __iter__(self):
-        return _RepeatIterator(self._parent, self._epochs)
-
-
-class _RepeatIterator(_OneParentIterator):
-    kind = "RepeatIterDataset"
-
-    def __init__(self, parent_ds: IterDataset, epochs: int | None):
-        super().__init__(iter(parent_ds))
-        self._parent_ds, self._limit, self._epoch, self._seen = parent_ds, epochs, 0, 0
-
-    def _restart(self) -> None:
-        self._parent.close()
-        self._parent = iter(self._parent_ds)
-        self._parents = (self._parent,)
-        if self._options is not None:
-            self._parent._apply_options(self._options)
-
-    def __next__(self):
-        while True:
-            if self._limit is not None and self._epoch >= self._limit:
-                raise StopIteration
-            try:
-                x = self._parent.__next__()
-            except StopIteration:
-                if not self._seen:  # an empty epoch: every later one is empty too
-                    self._epoch = self._limit if self._limit is not None else self._epoch
-                    raise
-                self._epoch += 1
-                self._seen = 0
-                self._restart()
-                continue
-            self._seen += 1
-            return x
-
-    def _extra_state(self):
-        return {"epoch": self._epoch, "seen": self._seen}
-
-    def _set_extra_state(self, state):
-        self._epoch, self._seen = int(state["epoch"]), int(state["seen"])
+# RebatchIterDataset, ZipIterDataset and RepeatIterDataset live in reshape_ops.

@@ -13,7 +13,7 @@ import numpy as np
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
-from grain_core.dataset.chunking import can_unread, mix_chunk, mix_unread
+from grain_core.dataset.chunking import can_unread, give_back_inflight, mix_chunk
 from grain_core.transforms import DatasetSelectionMap
 
 
@@ -260,7 +260,12 @@ class _MixedIterator(DatasetIterator):
     back, and serves ``next()`` from that chunk; ``get_state`` first moves the parents back over
     the elements read but not returned, so the state is always the position after the last
     element returned. Reads by ``next()`` grow 1, 2, 4, ... up to ``_MAX_READ`` positions after a
-    start or restore; ``next_chunk(n)`` reads ``n`` positions when nothing read is left."""
+    start or restore; ``next_chunk(n)`` reads ``n`` positions when nothing read is left.
+
+    Interrupts: what a read took from each parent is noted in ``_inflight`` until the read is
+    committed (one assignment, which also empties it); every call first gives back what an
+    interrupted read left there, so a second interrupt during the first's give-back loses
+    nothing either (:func:`~grain_core.dataset.chunking.give_back_inflight`)."""
 
     def __init__(self, ds: MixedIterDataset):
         super().__init__([iter(p) for p in ds.parents])
@@ -274,11 +279,13 @@ class _MixedIterator(DatasetIterator):
         # An Exception a parent raised for a position after self._read: (position, error).
         self._error: tuple[int, Exception] | None = None
         self._done = False
+        self._inflight: dict[int, Any] = {}  # parent -> what an uncommitted read took from it
         self._chunked = all(can_unread(p) for p in self._parents)
-        if not self._chunked:
-            self._unread = None  # type: ignore[assignment]  # chunks only from parents that can
+        self.can_unread = self._chunked  # chunks only from parents that can
 
     def __next__(self):
+        if self._inflight:
+            give_back_inflight(self._parents, self._inflight)
         i = self._served
         read = self._read
         if i < len(read):
@@ -299,12 +306,16 @@ class _MixedIterator(DatasetIterator):
             raise StopIteration
         pos = self._pos
         d = self._order[pos % self._period]
-        self._pos = pos + 1
         try:
-            return self._parents[d].__next__()
+            x = self._parents[d].__next__()
         except StopIteration:
-            self._done = True
+            self._pos, self._done = pos + 1, True
             raise
+        except Exception:  # the parent consumed that position's element (as next() does)
+            self._pos = pos + 1
+            raise
+        self._pos = pos + 1  # after the parent returned: an interrupt in it moves nothing
+        return x
 
     def _read_more(self, n: int) -> list[Any]:
         """Reads up to ``n`` positions into ``self._read`` (served from its start), or raises the
@@ -319,25 +330,26 @@ class _MixedIterator(DatasetIterator):
             raise StopIteration
         if error is not None:
             n = min(n, error[0] - self._pos)
-        got = mix_chunk(self._parents, self._order, self._pos, n)
-        out = got.elements
-        if not out:
-            self._read, self._served = [], 0
-            self._pos += 1
-            if got.error is not None:
-                raise got.error
+        pos = self._pos
+        got = mix_chunk(self._parents, self._order, pos, n, self._inflight)
+        out, k, err = got.elements, got.count, got.error
+        if not k:
+            self._read, self._served, self._pos, self._inflight = [], 0, pos + 1, {}
+            if err is not None:
+                raise err
             self._done = True
             raise StopIteration
-        if got.error is not None:
-            self._error = (self._pos + len(out), got.error)
-        self._pos += len(out)
-        self._read = out
-        self._served = 0
+        if err is not None:
+            self._error = (pos + k, err)
+        # The commit: one assignment, no call (an interrupt before it: _inflight gives back).
+        self._read, self._served, self._pos, self._inflight = out, 0, pos + k, {}
         return out
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         if not self._chunked:
             return [self.__next__()]
+        if self._inflight:
+            give_back_inflight(self._parents, self._inflight)
         i = self._served
         read = self._read
         if i < len(read):
@@ -348,18 +360,26 @@ class _MixedIterator(DatasetIterator):
             self._served = len(out)
         return out
 
-    def _unread(self, count: int) -> None:
+    def unread(self, count: int) -> None:
         self._served -= count  # what the latest call returned is still in self._read
 
     def _give_back(self) -> None:
         """Moves the parents back over the elements read but not returned; reads by ``next()``
         grow from one position again."""
-        left = len(self._read) - self._served
+        if self._inflight:
+            give_back_inflight(self._parents, self._inflight)
+        served, pos = self._served, self._pos
+        left = len(self._read) - served
         if left:
-            mix_unread(self._parents, self._order, self._pos, left)
-            self._pos -= left
-            self._read = self._read[: self._served]
-            self._step = 1  # states taken often: read little ahead, give little back
+            back: dict[int, Any] = {}
+            for p in range(pos - left, pos):
+                d = self._order[p % self._period]
+                back[d] = back.get(d, 0) + 1
+            # Noted, then given back parent by parent (an interrupt: the rest at the next call).
+            self._read, self._pos, self._step, self._inflight = (
+                self._read[:served], pos - left, 1, back
+            )
+            give_back_inflight(self._parents, back)
 
     def get_state(self):
         self._give_back()
@@ -394,6 +414,8 @@ class _MixedIterator(DatasetIterator):
             _state.expect_state(
                 state, "MixedIterDataset", proportions=list(self._ds._pattern.proportions)
             )
+        if self._inflight:
+            give_back_inflight(self._parents, self._inflight)
         with _state.rollback_on_error(self):
             for n, it in zip(self._ds._names, self._parents):
                 if n in state["parents"]:

@@ -23,9 +23,12 @@ Each check raises ``AssertionError`` with a message saying which property failed
 from grain_core.testing.checkpoint import assert_equal_output_after_checkpoint, check_deterministic
 from grain_core.testing.interrupts import (
     Injector,
+    InterruptedRun,
     Interrupter,
+    check_interrupts,
     drain_with_injected,
     drain_with_interrupts,
+    run_with_interrupts,
 )
 from grain_core.testing.plugins import check_plugin_listed, open_file_count
 from grain_core.testing.sources import check_source
@@ -40,9 +43,12 @@ from grain_core.testing.stages import (
 
 __all__ = [
     "Injector",
+    "InterruptedRun",
     "Interrupter",
+    "check_interrupts",
     "drain_with_injected",
     "drain_with_interrupts",
+    "run_with_interrupts",
     "altered_states",
     "assert_equal_output_after_checkpoint",
     "check_chunk_path",
