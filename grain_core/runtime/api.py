@@ -326,11 +326,11 @@ class WorkerJob:
         """``stats_hook(dataset) -> (iterator, report)`` replaces ``iter(dataset)`` in the workers
         when statistics are collected (``grain_core.stats``); ``report()`` is sent before each
         :class:`Elements`."""
-        import cloudpickle
+        from grain_core.runtime.pickling import dumps_pipeline
 
         _by_value_ambiguous_modules()
         return cls(
-            payload=cloudpickle.dumps((dataset, worker_init_fn, stats_hook)),
+            payload=dumps_pipeline((dataset, worker_init_fn, stats_hook), dataset),
             worker_count=options.num_workers,
             buffer_size=options.per_worker_buffer_size,
             environment=WorkerEnvironment.capture(),

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.prefetch import get_next_index, set_next_index
+from grain_core.dataset.sharing import worker_share
 from grain_core.options import MultiprocessingOptions
 from grain_core.runtime.api import RoundRobinConsumer, Runtime, WorkerError, WorkerJob
 from grain_core.runtime.processes import START_METHOD_ENV, ProcessRuntime
@@ -164,6 +166,43 @@ class MultiprocessPrefetchDatasetIterator(RoundRobinConsumer):
         )
         pool = resolve_runtime(runtime).start_workers(job)
         super().__init__(pool, job, parent, collect_stats=stats_hook is not None)
+
+    def _get_next_index(self) -> int:
+        """As in Grain, with one worker: the next index of the pipeline at this iterator's
+        position, found on an in-process iterator of it (moved to the worker's state)."""
+        it = self._in_process_copy("get_next_index")
+        try:
+            return get_next_index(it)
+        finally:
+            it.close()
+
+    def _set_next_index(self, index: int) -> None:
+        it = self._in_process_copy("set_next_index")
+        try:
+            set_next_index(it, index)
+            state = self.get_state()
+            worker = {**state["workers"][0], "state": it.get_state(), "skip": 0, "exhausted": False}
+            self.set_state({**state, "next_worker": 0, "workers": [worker]})
+        finally:
+            it.close()
+
+    def _in_process_copy(self, what: str) -> DatasetIterator:
+        if self._k != 1:
+            raise NotImplementedError(
+                f"{what} is only supported for mp_prefetch with one worker, not {self._k}."
+            )
+        worker = self.get_state()["workers"][0]
+        with worker_share(0, 1, sequential=self._job.sequential_slice):  # as the worker builds it
+            it = iter(self._parent_ds)
+        try:
+            if worker.get("state") is not None:
+                it.set_state(worker["state"])
+            for _ in range(int(worker.get("skip", 0))):
+                next(it)
+        except BaseException:
+            it.close()
+            raise
+        return it
 
     @property
     def worker_pids(self) -> list[int]:
