@@ -318,6 +318,11 @@ def _plain(x: Any) -> Any:
     return x
 
 
+def _short(x: Any, limit: int = 300) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def check_interrupts(
     make: Callable[[], Iterable[Any]],
     packages: Iterable[types.ModuleType | str] = (grain_core,),
@@ -348,7 +353,7 @@ def check_interrupts(
         raise AssertionError(
             f"Under {run.raised} interrupts the pipeline returned {len(got)} elements, "
             f"{len(expected)} expected; the first difference is at element {first}: "
-            f"{got[first:first + 3]!r} instead of {expected[first:first + 3]!r}."
+            f"{_short(got[first:first + 3])} instead of {_short(expected[first:first + 3])}."
         )
     step = max(1, len(run.states) // max(1, restores))
     for pos, state in run.states[::step][:restores]:
@@ -361,7 +366,7 @@ def check_interrupts(
         if rest != expected[pos:]:
             raise AssertionError(
                 f"A state taken after an interrupt, {pos} elements in, restores to {len(rest)} "
-                f"elements, not the {len(expected) - pos} left: {rest[:3]!r} instead of "
-                f"{expected[pos:pos + 3]!r}."
+                f"elements, not the {len(expected) - pos} left: {_short(rest[:3])} instead of "
+                f"{_short(expected[pos:pos + 3])}."
             )
     return run

@@ -48,6 +48,7 @@ from grain_core import state as _state
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.state import StateField
 from grain_plugin_packing._features import FeatureSpec, packed_spec, path_name
+from grain_plugin_packing._interrupts import RollbackOnInterrupt
 
 __all__ = ["BOSHandling", "ConcatThenSplitIterDataset"]
 
@@ -173,7 +174,7 @@ class _Element:
         self.full = full
 
 
-class _ConcatThenSplitIterator(OneParentIterator):
+class _ConcatThenSplitIterator(RollbackOnInterrupt, OneParentIterator):
     kind = "ConcatThenSplitIterDataset"
 
     def __init__(self, ds: ConcatThenSplitIterDataset):
@@ -322,14 +323,21 @@ class _ConcatThenSplitIterator(OneParentIterator):
             self._queue.appendleft(self._pack(pieces))
 
     def __next__(self):
-        if not self._queue:
+        # Interrupts: an interrupted fill is undone by the next call (_interrupts.py); a row
+        # leaves the queue by subscripts (no call between taking it and counting it).
+        if self._rollback is not None:
+            self._undo_interrupted()
+        queue = self._queue
+        if not queue:
             if self._exhausted:
                 raise StopIteration
-            self._fill()
-            if not self._queue:
+            self._fill_or_note(self._fill)
+            if not queue:
                 raise StopIteration
+        row = queue[0]
+        del queue[0]
         self._since += 1
-        return self._queue.popleft()
+        return row
 
     def _fresh(self) -> tuple[Any, int, bool, int]:
         if self._cur is None:
@@ -337,6 +345,8 @@ class _ConcatThenSplitIterator(OneParentIterator):
         return (*self._cur_anchor, True, self._offset)
 
     def get_state(self):
+        if self._rollback is not None:
+            return self._rollback
         if self._queue:
             (parent, skip, carry, offset), replay = self._ckpt, self._since
         else:
@@ -362,6 +372,7 @@ class _ConcatThenSplitIterator(OneParentIterator):
         }
 
     def restore_state(self, state):
+        self._rollback = None
         skip, offset, replay = (int(state[k]) for k in ("skip", "offset", "replay"))
         self._parent.set_state(state["parent"])
         self._cur = None

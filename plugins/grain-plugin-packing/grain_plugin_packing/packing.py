@@ -45,6 +45,7 @@ from grain_core import state as _state
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.state import StateField
 from grain_plugin_packing._features import FeatureSpec, _positive, packed_spec, path_name
+from grain_plugin_packing._interrupts import RollbackOnInterrupt
 
 __all__ = ["BestFitPackIterDataset", "FirstFitPackIterDataset"]
 
@@ -146,7 +147,7 @@ class _Round:
         self.emitted = 0
 
 
-class _PackIterator(OneParentIterator):
+class _PackIterator(RollbackOnInterrupt, OneParentIterator):
     def __init__(self, ds: _PackIterDataset):
         super().__init__(ds._parent.__iter__())
         self._ds = ds
@@ -322,25 +323,31 @@ class _PackIterator(OneParentIterator):
         return used.tolist()
 
     def __next__(self):
+        # Interrupts: a row is built before it counts as emitted, a round switch is one
+        # assignment, and an interrupted fill is undone by the next call (_interrupts.py).
+        if self._rollback is not None:
+            self._undo_interrupted()
         while True:
             rnd = self._round
             if rnd is not None and rnd.emitted < len(rnd.order):
-                b = rnd.order[rnd.emitted]
-                rnd.emitted += 1
-                return self._spec.assemble(
+                e = rnd.emitted
+                b = rnd.order[e]
+                row = self._spec.assemble(
                     [d[b] for d in rnd.data],
                     [s[b] for s in rnd.seg],
                     [p[b] for p in rnd.pos],
                     rnd.extras[b],
                 )
+                rnd.emitted = e + 1
+                return row
             if rnd is not None:
-                self._round = None
-                self._round_no += 1
-                self._rows_before += len(rnd.order)
-                self._anchor = self._next_anchor
+                n = len(rnd.order)
+                self._round, self._round_no, self._rows_before, self._anchor = (
+                    None, self._round_no + 1, self._rows_before + n, self._next_anchor
+                )
             if self._exhausted and self._carry is None:
                 raise StopIteration
-            self._fill()
+            self._fill_or_note(self._fill)
             if not self._round.order:
                 self._round = None
                 raise StopIteration
@@ -348,6 +355,8 @@ class _PackIterator(OneParentIterator):
     # --- checkpoints --------------------------------------------------------------------------------
 
     def get_state(self):
+        if self._rollback is not None:
+            return self._rollback
         rnd = self._round
         if rnd is not None and rnd.emitted >= len(rnd.order):
             anchor, round_no, emitted = self._next_anchor, self._round_no + 1, 0
@@ -380,6 +389,7 @@ class _PackIterator(OneParentIterator):
         }
 
     def restore_state(self, state):
+        self._rollback = None
         emitted, counter = int(state["next_row"]), int(state["counter"])
         if counter < emitted:
             raise _state.InvalidStateError(
