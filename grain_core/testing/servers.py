@@ -15,7 +15,7 @@ Run a range server on its own (e.g. in another process for a benchmark)::
 
     python -m grain_core.testing.servers DIRECTORY --latency 0.02
 
-prints ``port <n>`` on its first line and serves until stdin closes.
+prints ``port <n>`` on its first line, serves until stdin closes, then prints ``requests <n>``.
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ _JOIN_TIMEOUT_S = 10.0
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: connections are reused like a real object store
     timeout = 60  # an idle connection's thread ends after this long
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms ACK stalls
 
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
-    def _body(self) -> bytes | None:
+    def _target(self) -> tuple[int, Any] | None:
+        """``(size, read(start, end))`` of the file asked for, after the latency and injected
+        failures; ``None`` when an error answer was sent."""
         owner = self.server.owner
         with owner._lock:
             owner.requests += 1
@@ -57,10 +60,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if failing:
             self._send(503, b"injected failure")
             return None
-        data = owner._lookup(self.path.split("?", 1)[0].lstrip("/"))
-        if data is None:
+        found = owner._lookup(self.path.split("?", 1)[0].lstrip("/"))
+        if found is None:
             self._send(404, b"not found")
-        return data
+        return found
 
     def _send(self, code: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
         self.send_response(code)
@@ -75,14 +78,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
-        data = self._body()
-        if data is None:
+        found = self._target()
+        if found is None:
             return
-        size = len(data)
+        size, read = found
         spec = self.headers.get("Range")
         m = _RANGE.match(spec.strip()) if spec else None
         if spec is None or m is None or not (m.group(1) or m.group(2)):
-            self._send(200, data, {"Accept-Ranges": "bytes"})
+            self._send(200, read(0, size), {"Accept-Ranges": "bytes"})
             return
         if m.group(1):
             start = int(m.group(1))
@@ -94,7 +97,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         self._send(
             206,
-            data[start:end],
+            read(start, end),
             {"Content-Range": f"bytes {start}-{end - 1}/{size}", "Accept-Ranges": "bytes"},
         )
 
@@ -149,14 +152,23 @@ class RangeHTTPServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
-    def _lookup(self, name: str) -> bytes | None:
+    def _lookup(self, name: str) -> tuple[int, Any] | None:
+        """``(size, read(start, end))`` for file ``name``; only the asked bytes are read."""
         if self._dir is None:
-            return self._files.get(name)
+            data = self._files.get(name)
+            if data is None:
+                return None
+            return len(data), lambda start, end: data[start:end]
         path = os.path.realpath(os.path.join(self._dir, name))
         if not path.startswith(self._dir + os.sep) or not os.path.isfile(path):
             return None
-        with open(path, "rb") as f:
-            return f.read()
+
+        def read(start: int, end: int) -> bytes:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read(end - start)
+
+        return os.path.getsize(path), read
 
     def put(self, name: str, data: bytes) -> None:
         """Serves ``data`` as ``name`` (mapping-backed servers only)."""
@@ -290,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     with RangeHTTPServer(args.directory, latency_s=args.latency) as server:
         print(f"port {server.port}", flush=True)
         sys.stdin.read()  # the parent closes stdin (or exits) to stop the server
+    print(f"requests {server.requests}", flush=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ __all__ = ["CHUNK_CACHE_BYTES", "INDEX_CACHE_BYTES", "ChunkReadError", "RemoteRe
 INDEX_CACHE_BYTES = 256 << 20
 CHUNK_CACHE_BYTES = 64 << 20
 _TAIL_BYTES = 256 << 10
+#: Defaults of ``RemoteReader``'s knobs (the source's readers use them).
+CONCURRENCY = 128
+MAX_GAP = 64 << 10
+MAX_REQUEST = 8 << 20
+MAX_INFLIGHT = 64 << 20
 
 
 class ChunkReadError(riegeli.ArrayRecordFormatError):
@@ -141,15 +146,17 @@ class RemoteReader:
         *,
         name: str | None = None,
         retry: filesystems.RetryPolicy | None = None,
-        concurrency: int = 64,
-        max_gap: int = 64 << 10,
-        max_request: int = 8 << 20,
-        max_inflight: int = 64 << 20,
+        concurrency: int | None = None,
+        max_gap: int | None = None,
+        max_request: int | None = None,
+        max_inflight: int | None = None,
     ):
         self._fs, self._path, self.name = fs, path, name or path
         self._retry = retry or filesystems.RetryPolicy()
-        self._concurrency, self._max_gap = concurrency, max_gap
-        self._max_request, self._max_inflight = max_request, max_inflight
+        self._concurrency = CONCURRENCY if concurrency is None else concurrency
+        self._max_gap = MAX_GAP if max_gap is None else max_gap
+        self._max_request = MAX_REQUEST if max_request is None else max_request
+        self._max_inflight = MAX_INFLIGHT if max_inflight is None else max_inflight
         self._key = (fs, path)
         self._index_lock = threading.Lock()
 

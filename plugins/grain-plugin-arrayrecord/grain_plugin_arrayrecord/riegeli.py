@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import threading
 
 import numpy as np
 
@@ -131,28 +132,45 @@ def varints(buf: bytes | memoryview, count: int, path: str, offset: int) -> np.n
     return np.add.reduceat(vals, starts).astype(np.int64)
 
 
+_LOCAL = threading.local()
+
+
+def _zstd(body: bytes, size: int) -> bytes:
+    d = getattr(_LOCAL, "zstd", None)
+    if d is None:  # one decompressor per thread (they are not thread-safe; creating one is slow)
+        import zstandard
+
+        d = _LOCAL.zstd = zstandard.ZstdDecompressor()
+    return d.decompress(body, max_output_size=max(size, 1))
+
+
+def _brotli(body: bytes, size: int) -> bytes:
+    import brotli
+
+    return brotli.decompress(body)
+
+
+def _snappy(body: bytes, size: int) -> bytes:
+    import cramjam
+
+    return bytes(memoryview(cramjam.snappy.decompress_raw(body, output_len=size)))
+
+
+_CODECS = {ord("z"): _zstd, ord("b"): _brotli, ord("s"): _snappy}
+
+
 def decompress(buf: bytes | memoryview, compression: int, path: str, offset: int) -> bytes:
     """A Riegeli compressed buffer's contents (0: none, 'z' zstd, 'b' brotli, 's' snappy)."""
     if compression == 0:
         return bytes(buf)
+    codec = _CODECS.get(compression)
+    if codec is None:
+        raise ArrayRecordFormatError(f"unknown compression type {compression:#x}", path, offset)
     size, pos = read_varint(buf, 0, path, offset)
-    import cramjam
-
-    body = bytes(buf[pos:])
     try:
-        if compression == ord("z"):
-            out = cramjam.zstd.decompress(body, output_len=size)
-        elif compression == ord("b"):
-            out = cramjam.brotli.decompress(body, output_len=size)
-        elif compression == ord("s"):
-            out = cramjam.snappy.decompress_raw(body, output_len=size)
-        else:
-            raise ArrayRecordFormatError(f"unknown compression type {compression:#x}", path, offset)
-    except ArrayRecordFormatError:
-        raise
-    except Exception as e:  # cramjam.DecompressionError and friends
+        data = codec(bytes(buf[pos:]), size)
+    except Exception as e:  # zstd / brotli / cramjam errors
         raise ArrayRecordFormatError(f"cannot decompress ({e})", path, offset) from e
-    data = bytes(memoryview(out))
     if len(data) != size:
         raise ArrayRecordFormatError(
             f"decompressed {len(data)} bytes where the chunk promises {size}", path, offset
@@ -162,18 +180,19 @@ def decompress(buf: bytes | memoryview, compression: int, path: str, offset: int
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
-    """A decoded simple chunk: record ``i`` is ``values[ends[i] - sizes[i] : ends[i]]``."""
+    """A decoded simple chunk: record ``i`` is ``values[ends[i - 1] : ends[i]]`` (from 0 for the
+    first)."""
 
     values: bytes
-    ends: np.ndarray  # int64 cumulative record ends
+    ends: list[int]  # cumulative record ends
 
     def record(self, i: int) -> bytes:
-        start = int(self.ends[i - 1]) if i else 0
-        return self.values[start : int(self.ends[i])]
+        start = self.ends[i - 1] if i else 0
+        return self.values[start : self.ends[i]]
 
     @property
     def nbytes(self) -> int:
-        return len(self.values) + self.ends.nbytes
+        return len(self.values) + 8 * len(self.ends)
 
 
 def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
@@ -213,16 +232,14 @@ def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
     if pos + sizes_len > len(body):
         raise ArrayRecordFormatError("the record sizes run past the chunk", path, begin)
     sizes_raw = decompress(body[pos : pos + sizes_len], compression, path, begin)
+    values = decompress(body[pos + sizes_len :], compression, path, begin)
     if num_records == 1:  # one record per chunk (group_size:1): no array work
         size, end = read_varint(sizes_raw, 0, path, begin)
-        if end != len(sizes_raw):
-            raise ArrayRecordFormatError("a one-record chunk with several sizes", path, begin)
-        sizes = np.array([size], dtype=np.int64)
+        ends = [size]
+        total = size if end == len(sizes_raw) else -1
     else:
-        sizes = varints(sizes_raw, num_records, path, begin)
-    values = decompress(body[pos + sizes_len :], compression, path, begin)
-    ends = np.cumsum(sizes)
-    total = int(ends[-1]) if len(ends) else 0
+        ends = np.cumsum(varints(sizes_raw, num_records, path, begin)).tolist()
+        total = ends[-1] if ends else 0
     if total != len(values) or len(values) != decoded_size:
         raise ArrayRecordFormatError(
             f"record sizes add up to {total} bytes, the chunk holds {len(values)} and promises "
