@@ -15,6 +15,7 @@ from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import MapDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
+from grain_core.dataset.sequential import even_split
 from grain_core.validation import ArgumentTypeError, check_int
 
 
@@ -86,6 +87,41 @@ class SourceMapDataset(MapDataset):
 
     def __str__(self) -> str:
         return f"SourceMapDataset({source_identity(self._source)})"
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's worker slicing, in place: with ``sequential_slice`` (the only kind Grain
+        supports for sources; otherwise ``AssertionError``), worker ``sl.start`` of ``sl.step``
+        keeps its contiguous block of the original source (``even_split``)."""
+        if not sequential_slice:  # Grain asserts; raised here even under python -O
+            raise AssertionError("Only sequential slicing is supported.")
+        original = self.__dict__.setdefault("_original_source", self._source)
+        start, stop = even_split(len(original), sl.start or 0, sl.step or 1)
+        self._source = _Block(original, start, stop)
+        self._len = stop - start
+        self._bulk = self._source.__getitems__
+
+
+class _Block:
+    """Records ``[start, stop)`` of a source (what ``set_slice`` leaves a worker)."""
+
+    def __init__(self, source: Any, start: int, stop: int):
+        self._src, self._start, self._stop = source, start, stop
+        self._bulk = getattr(source, "__getitems__", None)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, index: int) -> Any:
+        return self._src[self._start + index]
+
+    def __getitems__(self, indices: Any) -> list[Any]:
+        keys = [self._start + int(i) for i in indices]
+        if self._bulk is not None:
+            return list(self._bulk(keys))
+        return [self._src[i] for i in keys]
+
+    def __repr__(self) -> str:
+        return f"{source_identity(self._src)}[{self._start}:{self._stop}]"
 
 
 class SeedMapDataset(MapDataset):
