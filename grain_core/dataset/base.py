@@ -511,6 +511,11 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
     #: identifying (a seed). Elastic restore (``grain_core.runtime.elastic``) relies on it.
     one_to_one: bool = False
 
+    #: The give-back capability of the chunk protocol: True where :meth:`unread` works. A stage
+    #: implementing ``unread`` sets it on the class, or per instance where it depends on the
+    #: parents (``self.can_unread = parent.can_unread``).
+    can_unread: bool = False
+
     def __init__(self, parents: DatasetIterator | Sequence[DatasetIterator] = ()):
         self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)
         self._options: DatasetOptions | None = None
@@ -541,6 +546,20 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
         stage (fewer than asked is always allowed), never which ones.
         """
         return [self.__next__()]
+
+    def unread(self, count: int) -> None:
+        """Gives back the last ``count`` elements the latest ``next()``/``next_chunk()`` returned.
+
+        Only where :attr:`can_unread` is true, right after that call (``get_state()`` may come
+        between), and in total over several calls at most the elements it returned. Afterwards
+        ``get_state()`` and the elements that follow are as if they had never been returned. A
+        stage reading chunks gives back what it read past a failure, so states stay exact. The
+        default (``can_unread`` False) raises ``TypeError``: read such a parent one at a time.
+        """
+        raise TypeError(
+            f"{type(self).__name__} cannot unread (its can_unread is False): read it one element "
+            "at a time, or implement unread() and set can_unread = True."
+        )
 
     @abc.abstractmethod
     def get_state(self) -> dict[str, Any]:

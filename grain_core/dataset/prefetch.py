@@ -227,6 +227,8 @@ class PrefetchDatasetIterator(DatasetIterator):
     reads every ``count``-th index from the worker's ``index`` (see :meth:`set_slice`).
     """
 
+    can_unread = True  # see unread
+
     def __init__(self, ds: MapDataset, read_options: ReadOptions, allow_nones: bool):
         super().__init__()
         self._full_ds = ds
@@ -276,7 +278,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._current_start = self._next_index
         self._current_pos = 0
         self._current_dense = True  # the current chunk holds no None (slices need no filtering)
-        self._taken_from = 0  # _current_pos before the latest next_chunk (see _unread)
+        self._taken_from = 0  # _current_pos before the latest next_chunk (see unread)
 
     def set_slice(self, sl: slice) -> None:
         """Restricts this iterator to ``ds[sl]``; only valid before the first element is read."""
@@ -541,7 +543,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             if not self._next_chunk():
                 raise StopIteration
 
-    def _unread(self, count: int) -> None:
+    def unread(self, count: int) -> None:
         """Moves back over the last ``count`` elements the latest ``next_chunk`` returned."""
         if count <= 0:
             return

@@ -43,7 +43,6 @@ from typing import Any
 
 import grain_core as grain
 from grain_core import state as _state
-from grain_core.dataset.chunking import unread
 from grain_core.dataset.sharing import claim_worker_share, no_worker_share
 from grain_core.state import StateField
 from grain_core.validation import check_int
@@ -209,6 +208,7 @@ class _LastChunk:
 
 class _InterleaveIterator(grain.DatasetIterator):
     kind = "InterleaveIterDataset"
+    can_unread = True  # see unread
 
     def __init__(self, ds: InterleaveIterDataset):
         super().__init__()
@@ -243,7 +243,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             slot.held = [x]
         while undo:
             it, count = undo[-1]
-            unread(it, count)
+            it.unread(count)
             del undo[-1]
         if last is not _KEEP:
             self._last = last
@@ -435,7 +435,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             (slots[k].it, len(g) - taken[k]) for k, g in enumerate(got) if len(g) > taken[k]
         ]
 
-    def _unread(self, count: int) -> None:
+    def unread(self, count: int) -> None:
         """Moves back over the last ``count`` elements the latest call returned (the chunk
         protocol's give-back, used by chunked stages reading this one). Computes the move, then
         commits it as one journal entry (applied at once), so an interrupt leaves it all or nothing."""

@@ -14,7 +14,6 @@ import threading
 from typing import Any
 
 import grain_core as grain
-from grain_core.dataset.chunking import can_unread
 
 #: The longest ``stop()`` waits for a thread to end before leaving it to close what it holds.
 JOIN_SECONDS = 1.0
@@ -284,7 +283,7 @@ class _Slot:
     def __init__(self, index: int, it: grain.DatasetIterator):
         self.index = index
         self.it = it
-        self.can_unread = can_unread(it)
+        self.can_unread = it.can_unread
         self.held: list[Any] = []
         self.held_state: Any = None
         self.reader: _Reader | None = None
