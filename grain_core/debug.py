@@ -129,7 +129,7 @@ def debug_iterator(ds: Any, make: Callable[[Any], Any], local: threading.local) 
     """``iter(ds)`` as the debug options ask (installed into the dataset kernel's ``__iter__``)."""
     directory = config.py_dataset_visualization_output_dir
     debug = config.py_debug_mode
-    if (directory is None and not debug) or _called_from_pipeline(3):
+    if (directory is None and not debug) or _called_from_pipeline(4):
         return make(ds)
     local.inside = True
     try:

@@ -108,3 +108,16 @@ def test_debug_mode_instruments_only_the_users_iterator(options, monkeypatch):
     assert not any(hasattr(p, "stats") for p in it._parents)
     assert list(it) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
     it.close()
+
+
+def test_dataset_classes_defined_in_functions_still_pickle():
+    """The kernel wraps dataset classes' ``__iter__``; cloudpickle sends such classes by value
+    (as for ``__main__``), which must not drag unpicklable module state along."""
+    import cloudpickle
+
+    class Local(grain.IterDataset):
+        def __iter__(self):
+            return iter(self._parent)
+
+    ds = Local(grain.MapDataset.range(3).to_iter_dataset())
+    assert list(cloudpickle.loads(cloudpickle.dumps(ds))) == [0, 1, 2]

@@ -69,13 +69,19 @@ def _user_iter(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     @functools.wraps(fn)
     def __iter__(self: Any) -> Any:
-        hook = installed.__dict__.get("debug_iterator")
-        if hook is None or getattr(_iter_local, "inside", False):
-            return fn(self)
-        return hook(self, fn, _iter_local)
+        # Only module-level functions here: cloudpickle sends a class defined in __main__ with
+        # its methods by value, with the globals they name (a thread-local would not pickle).
+        return _call_iter(self, fn)
 
     __iter__._grain_core_user_iter = True  # type: ignore[attr-defined]
     return __iter__
+
+
+def _call_iter(ds: Any, fn: Callable[[Any], Any]) -> Any:
+    hook = installed.__dict__.get("debug_iterator")
+    if hook is None or getattr(_iter_local, "inside", False):
+        return fn(ds)
+    return hook(ds, fn, _iter_local)
 
 
 def _inferred_element_spec() -> Any:
