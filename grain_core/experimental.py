@@ -10,7 +10,7 @@ from grain_core.dataset.iter_ops import (
     WithOptionsIterDataset,
 )
 from grain_core.dataset.map_ops import FlatMapMapDataset, ZipMapDataset, batch_and_pad
-from grain_core.dataset.prefetch import get_next_index, set_next_index
+from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.reshape_ops import RebatchIterDataset, RepeatIterDataset, ZipIterDataset
 from grain_core.lazy import lazy_module_attrs
 from grain_core.options import DatasetOptions

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 from grain_core.dataset import apply, describe, iter_ops, map_ops, mixing
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, installed
-from grain_core.dataset.prefetch import (
-    FilterRatioError,
-    PrefetchDatasetIterator,
-    PrefetchIterDataset,
-)
+from grain_core.dataset.filter_ratio import FilterRatioError
+from grain_core.dataset.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from grain_core.dataset.trees import dataset_tree, iterator_tree
 
 __all__ = [

@@ -13,8 +13,9 @@ from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, unread
+from grain_core.dataset.filter_ratio import FilterRatioCheck
 from grain_core.dataset.map_ops import stack_batch
-from grain_core.dataset.prefetch import FilterRatioCheck, get_next_index, set_next_index
+from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.sharing import current_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_int

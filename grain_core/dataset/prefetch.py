@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import operator
 import sys
 import threading
@@ -70,10 +69,12 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
 from grain_core.dataset.chunking import CHUNK_BYTES
+from grain_core.dataset.filter_ratio import FilterRatioCheck
+from grain_core.dataset.fingerprints import map_fingerprint
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
-from grain_core.options import DatasetOptions, ReadOptions
+from grain_core.options import ReadOptions
 
 _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
@@ -84,109 +85,6 @@ _SYNC_GAIN = 0.9  # ... or while doubling them cut the cost per element to at mo
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
 _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
-
-
-class FilterRatioError(ValueError):
-    """Filters dropped more elements than ``DatasetOptions.filter_raise_threshold_ratio`` allows."""
-
-
-def map_fingerprint_parts(ds: MapDataset) -> tuple[Any, ...]:
-    """What :func:`map_fingerprint` digests: ``(class name, len, identifying fields, (parents' parts,
-    ...))`` for ``ds`` and, recursively, its parents. Elastic restore builds these for other shards."""
-    return (
-        type(ds).__name__,
-        len(ds),
-        ds._fingerprint_fields(),
-        tuple(map_fingerprint_parts(p) for p in ds.parents),
-    )
-
-
-def map_fingerprint(ds: MapDataset) -> str:
-    """A digest of a ``MapDataset`` chain: stage classes, lengths and identifying fields."""
-    return _state.fingerprint(map_fingerprint_parts(ds))
-
-
-_DEFAULT_OPTIONS = DatasetOptions()
-_log = logging.getLogger(__name__)
-
-
-_FILTER_WARN_SECONDS = 60.0  # as Grain: the filter-ratio warning is logged at most this often
-
-
-class FilterRatioCheck:
-    """Counts kept and dropped elements in windows and warns or raises per ``DatasetOptions``.
-
-    As Grain's filter check: once a window holds ``filter_check_min_elements`` elements (1000 by
-    default; :meth:`record_chunk` splits chunks at window ends), the fraction dropped in
-    that window is compared with the thresholds (``>=``) and the window starts again. The warning goes
-    through ``logging`` (logger ``grain_core.dataset.prefetch``, level WARNING, at most once a
-    minute per iterator), as Grain logs it; the error is a :class:`FilterRatioError` (a
-    ``ValueError``). Both use Grain's wording (``"Transformation ... skipped ... % of the last seen
-    ... elements"``).
-    """
-
-    def __init__(self, where: str):
-        self._where = where
-        self._seen = 0
-        self._dropped = 0
-        self._warned_at: float | None = None
-
-    @staticmethod
-    def window(options: DatasetOptions | None) -> int:
-        """Elements in a window under ``options`` (the defaults when None)."""
-        return (options or _DEFAULT_OPTIONS).filter_check_min_elements
-
-    def record_chunk(
-        self, size: int, dropped_in: Callable[[int, int], int], options: DatasetOptions | None
-    ) -> int:
-        """Counts ``size`` elements tested together, split at window ends so that every window
-        holds exactly ``filter_check_min_elements`` elements, as in Grain: ``dropped_in(start,
-        stop)`` gives how many of elements ``start:stop`` were dropped. Returns how many were
-        dropped in all."""
-        window = max(1, self.window(options))
-        total = start = 0
-        while start < size:
-            stop = min(size, start + window - self._seen)
-            dropped = dropped_in(start, stop)
-            total += dropped
-            self.record(dropped, stop - start, options)
-            start = stop
-        return total
-
-    def record(self, dropped: int, seen: int, options: DatasetOptions | None) -> None:
-        self._seen += seen
-        self._dropped += dropped
-        opts = options or _DEFAULT_OPTIONS
-        if self._seen < opts.filter_check_min_elements:
-            return
-        seen, ratio = self._seen, self._dropped / self._seen
-        self._seen = self._dropped = 0
-        if opts.filter_raise_threshold_ratio is not None and ratio >= opts.filter_raise_threshold_ratio:
-            raise FilterRatioError(
-                f"Transformation {self._where} skipped {ratio * 100:.2f} % of the last seen "
-                f"{seen} elements, at or above filter_raise_threshold_ratio="
-                f"{opts.filter_raise_threshold_ratio}. Please check the filtering logic. If this is "
-                "intended, store a filtered copy of the data, or raise the threshold (None disables "
-                "the check) with grain.experimental.DatasetOptions in WithOptionsIterDataset."
-            )
-        if opts.filter_warn_threshold_ratio is None or ratio < opts.filter_warn_threshold_ratio:
-            return
-        now = time.monotonic()
-        if self._warned_at is not None and now - self._warned_at < _FILTER_WARN_SECONDS:
-            return
-        self._warned_at = now
-        _log.warning(
-            "Transformation %s skipped %.2f %% of the last seen %d elements (threshold "
-            "filter_warn_threshold_ratio=%s). Please check the filtering logic. Reading "
-            "mostly-filtered data is slow: if this is intended, consider storing a filtered "
-            "copy. To disable this check, set "
-            "grain.experimental.DatasetOptions.filter_warn_threshold_ratio used in "
-            "WithOptionsIterDataset to None.",
-            self._where,
-            ratio * 100,
-            seen,
-            opts.filter_warn_threshold_ratio,
-        )
 
 
 class PrefetchIterDataset(IterDataset):
@@ -664,40 +562,3 @@ def _nones_in(items: list[Any]) -> Callable[[int, int], int]:
         return sum(map(operator.is_, piece, itertools.repeat(None)))
 
     return count
-
-
-def _prefetch_iterator(ds_iter: DatasetIterator) -> PrefetchDatasetIterator:
-    from grain_core.dataset.trees import iterator_tree
-
-    found = [n for n in iterator_tree(ds_iter) if isinstance(n, PrefetchDatasetIterator)]
-    if len(found) != 1:
-        raise ValueError(
-            "get_next_index / set_next_index need an iterator over exactly one "
-            f"MapDataset.to_iter_dataset() stage; this one has {len(found)}."
-        )
-    return found[0]
-
-
-def get_next_index(ds_iter: DatasetIterator) -> int:
-    """The index of the element ``ds_iter`` produces next (Grain's protocol): an iterator that
-    defines ``_get_next_index()`` answers itself (``batch`` counts batches, ``LimitIterDataset``
-    the elements it returned, as in Grain); otherwise the index of the ``MapDataset`` (below
-    ``to_iter_dataset``) it reads next, for a chain of 1:1 stages."""
-    own = getattr(ds_iter, "_get_next_index", None)
-    if own is not None:
-        return int(own())
-    return int(_prefetch_iterator(ds_iter).get_state()["next_index"])
-
-
-def set_next_index(ds_iter: DatasetIterator, index: int) -> None:
-    """Makes ``ds_iter`` continue at element ``index`` (see :func:`get_next_index`); an iterator
-    that defines ``_set_next_index(index)`` does it itself."""
-    from grain_core.validation import check_int
-
-    index = check_int(index, "index")
-    own = getattr(ds_iter, "_set_next_index", None)
-    if own is not None:
-        own(index)
-        return
-    it = _prefetch_iterator(ds_iter)
-    it.set_state({**it.get_state(), "next_index": index})

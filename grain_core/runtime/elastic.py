@@ -127,7 +127,7 @@ class ProcessShard:
 
     def parts(self, index: int, count: int) -> tuple:
         """Fingerprint parts of ``top`` with the slice ``base[index::count]`` instead."""
-        from grain_core.dataset.prefetch import map_fingerprint_parts
+        from grain_core.dataset.fingerprints import map_fingerprint_parts
 
         parts = _slice_parts(map_fingerprint_parts(self.base), index, count)
         for d in self.stages:
@@ -166,7 +166,7 @@ def process_shard(ds: Any, index: int, count: int) -> ProcessShard:
 
 
 def shard_parts(ds: Any) -> tuple:
-    from grain_core.dataset.prefetch import map_fingerprint_parts
+    from grain_core.dataset.fingerprints import map_fingerprint_parts
 
     return map_fingerprint_parts(ds)
 
@@ -374,7 +374,7 @@ def restore_state(saved: Any, target: ElasticTarget, what: str) -> Any:
         raise _error(
             f"{what}: elastic restore is not defined for this pipeline: {target.problem}{_ADVICE}"
         )
-    from grain_core.dataset.prefetch import map_fingerprint_parts
+    from grain_core.dataset.fingerprints import map_fingerprint_parts
 
     g = consumed_prefix(saved, map_fingerprint_parts(target.map_ds), target)
     return target.build(g)

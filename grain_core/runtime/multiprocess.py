@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grain_core.dataset.base import DatasetIterator, IterDataset
-from grain_core.dataset.prefetch import get_next_index, set_next_index
+from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.sharing import worker_share
 from grain_core.options import MultiprocessingOptions
 from grain_core.runtime.api import RoundRobinConsumer, Runtime, WorkerError, WorkerJob

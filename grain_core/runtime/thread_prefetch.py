@@ -21,7 +21,7 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset
-from grain_core.dataset.prefetch import get_next_index, set_next_index
+from grain_core.dataset.next_index import get_next_index, set_next_index
 
 __all__ = ["ThreadPrefetchIterDataset", "ThreadPrefetchDatasetIterator"]
 

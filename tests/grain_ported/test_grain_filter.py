@@ -3,7 +3,7 @@
 Ported from ``grain/_src/python/dataset/transformations/filter_test.py``: every test of
 ``FilterMapDatasetTest`` and ``FilterIterDatasetTest`` (including the warning and the error of the
 filter-ratio check, with Grain's wording), and ``FilterValidatorTest`` (validates / warns / raises)
-through ``grain_core.dataset.prefetch.FilterRatioCheck``, grain_core's equivalent of Grain's
+through ``grain_core.dataset.filter_ratio.FilterRatioCheck``, grain_core's equivalent of Grain's
 private ``FilterThresholdChecker``.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import grain_core as grain
-from grain_core.dataset.prefetch import FilterRatioCheck
+from grain_core.dataset.filter_ratio import FilterRatioCheck
 
 pytestmark = pytest.mark.timeout(120)
 

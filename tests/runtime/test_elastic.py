@@ -10,7 +10,7 @@ import copy
 import pytest
 
 import grain_core as grain
-from grain_core.dataset.prefetch import map_fingerprint_parts
+from grain_core.dataset.fingerprints import map_fingerprint_parts
 from grain_core.runtime import elastic
 from grain_core.runtime.multiprocess import MultiprocessPrefetchDatasetIterator
 from grain_core.state import StateMismatchError
