@@ -85,15 +85,16 @@ class HuggingFaceDataSource(grain.sources.RandomAccessDataSource[Any]):
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._table: Any = None  # pyarrow.Table of the format's columns (per process, lazy)
-        self._mapping: np.ndarray | None = None  # the dataset's indices mapping, if any
+        # The pyarrow.Table of the format's columns and the dataset's indices mapping (or None),
+        # per process, lazily.
+        self._arrow_cache: tuple[Any, np.ndarray | None] | None = None
         self._numpy: Any = None  # the dataset with the numpy format, for the slow path
-        self._batches: list[Any] | None = None  # the table's record batches (zero copy)
-        self._starts: np.ndarray | None = None  # first row of each batch, and the total
+        # The table's record batches (zero copy) and the first row of each (and the total).
+        self._chunks: tuple[list[Any], np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_table", "_mapping", "_numpy", "_batches", "_starts"):
+        for k in ("_arrow_cache", "_numpy", "_chunks"):
             state.pop(k, None)
         return state
 
@@ -123,22 +124,22 @@ class HuggingFaceDataSource(grain.sources.RandomAccessDataSource[Any]):
         return self._numpy
 
     def _arrow(self) -> tuple[Any, np.ndarray | None]:
-        if self._table is None:
+        arrow = self._arrow_cache
+        if arrow is None:  # built once per process; threads racing here build equal values
             indices = getattr(self._dataset, "_indices", None)  # select/shuffle/filter views
-            self._mapping = (
-                None if indices is None else indices.column(0).to_numpy().astype(np.int64)
-            )
-            self._table = self._dataset.data.table.select(self._columns)
-        return self._table, self._mapping
+            mapping = None if indices is None else indices.column(0).to_numpy().astype(np.int64)
+            arrow = self._arrow_cache = (self._dataset.data.table.select(self._columns), mapping)
+        return arrow
 
     def _take(self, table: Any, rows_at: np.ndarray, pa: Any) -> Any:
         """``table.take(rows_at)`` chunk by chunk: Arrow's take on a many-chunk (memory-mapped)
         table concatenates whole chunks first, which costs the column's size per call."""
-        if self._batches is None:
-            self._batches = table.to_batches()
-            sizes = np.fromiter((b.num_rows for b in self._batches), np.int64, len(self._batches))
-            self._starts = np.concatenate([[0], np.cumsum(sizes)])
-        batches, starts = self._batches, self._starts
+        chunks = self._chunks
+        if chunks is None:  # built once per process; threads racing here build equal values
+            batches = table.to_batches()
+            sizes = np.fromiter((b.num_rows for b in batches), np.int64, len(batches))
+            chunks = self._chunks = (batches, np.concatenate([[0], np.cumsum(sizes)]))
+        batches, starts = chunks
         if len(batches) == 1:
             return pa.Table.from_batches([batches[0].take(pa.array(rows_at))])
         which = np.searchsorted(starts, rows_at, side="right") - 1
