@@ -32,6 +32,7 @@ from grain_core import grain_states as _grain_states
 from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.concurrency import guard_class
 from grain_core.dataset.map_ops import source_identity
 from grain_core.operations import apply_on_records, as_transform, is_custom_operation
 from grain_core.options import MultiprocessingOptions, ReadOptions
@@ -695,3 +696,8 @@ class DataLoaderIterator:
 
     def __repr__(self) -> str:
         return f"DataLoaderIterator({self._loader!r})"
+
+
+# One thread at a time: a second thread calling these while another is inside gets
+# ConcurrentIteratorUseError (grain_core.dataset.concurrency), never a hang.
+guard_class(DataLoaderIterator, ("__next__", "get_state", "set_state"))

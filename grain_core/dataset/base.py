@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from grain_core import grain_states as _grain_states
 from grain_core import seeds as _seeds
 from grain_core import state as _state
+from grain_core.dataset.concurrency import guard_class
 from grain_core.dataset.grain_attrs import DatasetAttrs, IteratorAttrs, route_getitems
 from grain_core.state import StateField
 from grain_core.suggest import did_you_mean
@@ -505,7 +506,9 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
 
 class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
-    """A stateful, checkpointable iterator. Not thread-safe: use it from one thread.
+    """A stateful, checkpointable iterator. Not thread-safe: use it from one thread at a time (a
+    second thread calling ``next``/``next_chunk``/``get_state``/``set_state`` while another is inside
+    gets :class:`~grain_core.dataset.concurrency.ConcurrentIteratorUseError`, never a hang).
 
     ``get_state()`` returns a JSON-serialisable dict (see :mod:`grain_core.state`); ``set_state`` on a
     fresh iterator of the same pipeline continues with exactly the same elements.
@@ -640,6 +643,7 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
         own = cls.__dict__.get("set_state")
         if own is not None and not getattr(own, "_grain_atomic", False):
             cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign,assignment]
+        guard_class(cls, _GUARDED)  # one thread at a time (grain_core.dataset.concurrency)
 
     def start_prefetch(self) -> None:
         """Starts producing elements in the background, where the iterator can (else a no-op)."""
@@ -755,6 +759,8 @@ def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, A
 
 
 DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign,assignment]
+_GUARDED = ("__next__", "next_chunk", "get_state", "set_state")
+guard_class(DatasetIterator, _GUARDED)
 
 
 def _describe_value(value: Any) -> Any:
