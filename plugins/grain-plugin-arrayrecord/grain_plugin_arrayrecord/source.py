@@ -431,6 +431,12 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         _, ends = self._index()
         return int(ends[-1])
 
+    @property
+    def element_spec(self) -> Any:
+        """Each record is ``bytes``: a scalar of object dtype (``get_element_spec`` of
+        ``MapDataset.source(this)``; batching stacks ``bytes`` into object arrays)."""
+        return grain.experimental.ShapeDtypeStruct(shape=(), dtype=np.dtype(object))
+
     def __getitem__(self, record_key: SupportsIndex) -> bytes:
         """Record ``record_key``'s bytes (negative indices count from the end)."""
         i = operator.index(record_key)
