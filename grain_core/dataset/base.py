@@ -559,8 +559,8 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
     def unread(self, count: int) -> None:
         """Gives back the last ``count`` elements the latest ``next()``/``next_chunk()`` returned.
 
-        Only where :attr:`can_unread` is true, right after that call (``get_state()`` may come
-        between), and in total over several calls at most the elements it returned. Afterwards
+        Only where :attr:`can_unread` is true, right after that call (no other call between but
+        ``unread``), and in total over several calls at most the elements it returned. Afterwards
         ``get_state()`` and the elements that follow are as if they had never been returned. A
         stage reading chunks gives back what it read past a failure, so states stay exact. The
         default (``can_unread`` False) raises ``TypeError``: read such a parent one at a time.

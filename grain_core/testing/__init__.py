@@ -21,6 +21,7 @@ Each check raises ``AssertionError`` with a message saying which property failed
 """
 
 from grain_core.testing.checkpoint import assert_equal_output_after_checkpoint, check_deterministic
+from grain_core.testing.giveback import check_unread
 from grain_core.testing.interrupts import (
     Injector,
     InterruptedRun,
@@ -56,6 +57,7 @@ __all__ = [
     "check_refused_state_leaves_iterator_untouched",
     "check_stage",
     "check_state_round_trip_in_fresh_process",
+    "check_unread",
     "check_deterministic",
     "check_plugin_listed",
     "check_source",

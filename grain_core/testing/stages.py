@@ -10,6 +10,8 @@
 * :func:`check_chunk_path` — where the kernel has the chunk protocol
   (``DatasetIterator.next_chunk``), reading by chunks gives the elements and states of reading one
   by one.
+* :func:`grain_core.testing.check_unread` — where the stage's iterator declares ``can_unread``,
+  ``unread(count)`` after ``next()`` / ``next_chunk()`` gives back exactly ``count`` elements.
 * :func:`grain_core.testing.check_element_spec` — where the pipeline has an element spec
   (``get_element_spec``), its first elements fit it (``element_spec=True``: the stage must have one).
 
@@ -34,6 +36,7 @@ import cloudpickle
 
 from grain_core.state import IDENTIFYING_FIELDS, StateMismatchError
 from grain_core.testing.compare import assert_elements_equal
+from grain_core.testing.giveback import check_unread
 from grain_core.testing.specs import check_element_spec
 
 __all__ = [
@@ -303,4 +306,5 @@ def check_stage(
     if fresh_process:
         check_state_round_trip_in_fresh_process(make_dataset)
     check_chunk_path(make_dataset)
+    check_unread(make_dataset)
     check_element_spec(make_dataset, required=element_spec)
