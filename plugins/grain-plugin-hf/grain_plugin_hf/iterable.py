@@ -82,7 +82,26 @@ def _describe(value: Any, depth: int = 0) -> Any:
     fingerprint = getattr(value, "_fingerprint", None)  # a datasets.Dataset (to_iterable_dataset)
     if isinstance(fingerprint, str):
         return fingerprint
+    func = getattr(value, "func", value)  # functools.partial (datasets wraps generators in them)
+    if callable(func) and hasattr(func, "__qualname__"):
+        inner = getattr(value, "keywords", None)
+        name = f"{getattr(func, '__module__', '')}.{func.__qualname__}"
+        return [name, _describe(inner, depth + 1)] if inner else name
     return type(value).__name__
+
+
+def _source(node: Any) -> Any:
+    """What generates a base examples iterable: its builder's generator function (from_generator)
+    and config name; ``None`` for other nodes."""
+    fn = getattr(node, "generate_examples_fn", None) or getattr(node, "generate_tables_fn", None)
+    if fn is None:
+        return None
+    config = getattr(getattr(fn, "__self__", None), "config", None)
+    return [
+        getattr(fn, "__qualname__", type(fn).__name__),
+        _describe(getattr(config, "generator", None)),
+        _describe(getattr(config, "name", None)),
+    ]
 
 
 def _not_resumable(chain: list[Any]) -> str | None:
@@ -169,6 +188,7 @@ class HuggingFaceIterDataset(grain.IterDataset):
         self._identity = _state.fingerprint(
             [type(n).__name__ for n in chain],
             [_describe(getattr(n, "kwargs", None)) for n in chain],
+            [_source(n) for n in chain],
             str(dataset.features),
             self._num_shards,
             str(getattr(dataset, "split", None)),

@@ -209,3 +209,12 @@ def test_ctrl_c_inside_the_dataset_loses_nothing():
     rest = iter(HuggingFaceIterDataset(stream))
     rest.set_state(it.get_state())
     assert list(rest) == []
+
+
+def test_generator_datasets_are_told_apart():
+    a = HuggingFaceIterDataset(_generator_stream())
+    b = HuggingFaceIterDataset(
+        datasets.IterableDataset.from_generator(_flaky_gen, gen_kwargs={"shards": list(range(4))})
+    )
+    assert a.identity == HuggingFaceIterDataset(_generator_stream()).identity
+    assert a.identity != b.identity
