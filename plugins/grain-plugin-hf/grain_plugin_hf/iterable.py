@@ -177,6 +177,13 @@ class HuggingFaceIterDataset(grain.IterDataset):
                 "HuggingFaceIterDataset needs datasets >= 2.18 (IterableDataset.state_dict); "
                 f"installed: {datasets.__version__}. Upgrade: pip install -U datasets."
             )
+        if getattr(dataset, "_distributed", None) is not None:
+            raise ValueError(
+                "HuggingFaceIterDataset: this dataset was already split with "
+                "datasets.distributed.split_dataset_by_node; pass the whole dataset and let "
+                "shard_options=grain_core.sharding.ShardByJaxProcess() split it by shards (so "
+                "checkpoints can move between process counts)."
+            )
         self._dataset = dataset
         self._num_shards = int(dataset.num_shards)
         self._process = (0, 1) if shard_options is None else (

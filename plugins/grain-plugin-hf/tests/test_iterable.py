@@ -132,6 +132,10 @@ def test_bad_input_is_refused_clearly():
         HuggingFaceIterDataset([1, 2])
     with pytest.raises(TypeError, match="ShardOptions"):
         HuggingFaceIterDataset(_stream(), shard_options=(0, 2))
+    from datasets.distributed import split_dataset_by_node
+
+    with pytest.raises(ValueError, match="ShardByJaxProcess"):
+        HuggingFaceIterDataset(split_dataset_by_node(_stream(), rank=0, world_size=2))
 
 
 def _make(start=0):
