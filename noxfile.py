@@ -122,6 +122,22 @@ def tests(session: nox.Session) -> None:
     )
 
 
+@nox.session(name="tests-spawn")
+def tests_spawn(session: nox.Session) -> None:
+    """The runtime and DataLoader tests with workers started by ``spawn`` (macOS and Windows use
+    it): ``GRAIN_CORE_MP_START_METHOD=spawn``. On demand (``nox -s tests-spawn``), not in the
+    default run: spawned workers import everything again, and on a loaded 2-core machine
+    tests/runtime/test_multiprocess.py alone took 5.5 minutes."""
+    args = ["-e", f"{ROOT}[test,jax,orbax]", "-e", str(ROOT / "plugins" / "grain-plugin-range")]
+    for p in TEST_PLUGINS:
+        args += ["-e", p]
+    _install(session, *args)
+    session.run(
+        *PYTEST, "tests/runtime", "tests/dataloader", *session.posargs,
+        env={"GRAIN_CORE_MP_START_METHOD": "spawn"},
+    )
+
+
 def _first_party_requirements(plugin: str) -> list[str]:
     """The ``grain-plugin-*`` distributions of this checkout that ``plugin`` depends on (they are
     not on the package index yet, so they are installed from their folders)."""

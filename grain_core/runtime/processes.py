@@ -2,8 +2,9 @@
 
 Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
 
-* Workers are ``forkserver`` processes (``spawn`` with ``GRAIN_CORE_MP_START_METHOD=spawn``; never
-  ``fork``). Each runs :class:`~grain_core.runtime.api.WorkerLoop` after
+* Workers are ``forkserver`` processes where the platform has it, else ``spawn`` (Windows);
+  ``GRAIN_CORE_MP_START_METHOD=spawn`` or ``ProcessRuntime(start_method="spawn")`` picks ``spawn``
+  anywhere (see :func:`default_start_method`); never ``fork``. Each runs :class:`~grain_core.runtime.api.WorkerLoop` after
   :meth:`WorkerEnvironment.apply <grain_core.runtime.api.WorkerEnvironment.apply>`. Helper
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
@@ -47,7 +48,7 @@ from typing import Any
 from grain_core import tree
 from grain_core.runtime import api, shm
 
-__all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV"]
+__all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV", "default_start_method"]
 
 START_METHOD_ENV = "GRAIN_CORE_MP_START_METHOD"
 SYS_PATH_ENV = "_GRAIN_CORE_FORKSERVER_SYS_PATH"  # read (and removed) by runtime._preload
@@ -55,6 +56,20 @@ _PRELOAD = ("grain_core.runtime._preload",)
 _STOP_GRACE_SECONDS = 0.5
 _WATCHDOG_SECONDS = 0.25
 _forkserver_lock = threading.Lock()
+
+
+def default_start_method() -> str:
+    """The start method used when none is given: ``GRAIN_CORE_MP_START_METHOD`` if set, else
+    ``"forkserver"`` where the platform has it (Linux, macOS), else ``"spawn"`` (Windows)."""
+    method = os.environ.get(START_METHOD_ENV, "")
+    if method:
+        if method not in ("forkserver", "spawn"):
+            raise ValueError(
+                f"{START_METHOD_ENV} must be 'forkserver' or 'spawn', got {method!r}: unset it or "
+                "pick one of the two ('fork' is never used: it copies the parent's threads' locks)."
+            )
+        return method
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,6 +237,9 @@ def _dumps(x: Any) -> bytes:
 
 
 def _alive(pid: int) -> bool:
+    if os.name != "posix":  # os.kill(pid, 0) would end the process there: ask multiprocessing
+        parent = mp.parent_process()
+        return parent is None or parent.is_alive()
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -390,10 +408,11 @@ class ProcessPool:
         os.set_blocking(self._ready_r, False)
         os.set_blocking(self._ready_w, False)
         self._warned = False
-        shm.reclaim_stale()
+        use_shm = shm.AVAILABLE  # no POSIX shared memory (Windows): pickled through the pipes
+        if use_shm:
+            shm.reclaim_stale()
         min_free = shm.min_free_bytes()
-        free = shm.free_bytes()
-        use_shm = True
+        free = shm.free_bytes() if use_shm else None
         if free is not None and free < 2 * min_free:
             use_shm = False
             self._warn(
@@ -674,8 +693,9 @@ class ProcessPool:
 @dataclasses.dataclass(frozen=True)
 class ProcessRuntime:
     """Workers in local processes, elements through shared memory (the default runtime, registered
-    as ``"processes"``). ``start_method``: ``"forkserver"`` (default) or ``"spawn"``; None reads
-    ``GRAIN_CORE_MP_START_METHOD``."""
+    as ``"processes"``). ``start_method``: ``"forkserver"`` or ``"spawn"``; None:
+    :func:`default_start_method` (``GRAIN_CORE_MP_START_METHOD``, else forkserver where it exists,
+    else spawn)."""
 
     start_method: str | None = None
 
@@ -688,9 +708,12 @@ class ProcessRuntime:
             )
 
     def context(self) -> Any:
-        method = self.start_method or os.environ.get(START_METHOD_ENV, "forkserver")
-        if method not in ("forkserver", "spawn"):
-            raise ValueError(f"{START_METHOD_ENV} must be 'forkserver' or 'spawn', got {method!r}.")
+        method = self.start_method or default_start_method()
+        if method not in mp.get_all_start_methods():
+            raise ValueError(
+                f"start method {method!r} does not exist on this platform ({sys.platform}); use "
+                "'spawn' (ProcessRuntime(start_method='spawn') or GRAIN_CORE_MP_START_METHOD=spawn)."
+            )
         ctx = mp.get_context(method)
         if method == "forkserver":
             from multiprocessing import forkserver

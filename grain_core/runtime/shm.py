@@ -32,7 +32,6 @@ uses underneath) so no ``resource_tracker`` process is started and nothing is re
 
 from __future__ import annotations
 
-import _posixshmem
 import collections
 import errno
 import glob
@@ -44,6 +43,15 @@ import secrets
 from typing import Any
 
 import numpy as np
+
+try:  # POSIX shared memory (Linux, macOS); elsewhere elements travel pickled through the pipe
+    import _posixshmem
+except ImportError:  # pragma: no cover  (Windows)
+    _posixshmem = None  # type: ignore[assignment]
+
+#: Whether this platform has POSIX shared memory (``shm_open``); without it ``mp_prefetch`` sends
+#: elements pickled through its pipes.
+AVAILABLE = _posixshmem is not None
 
 __all__ = [
     "INBAND_LIMIT",
