@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+import grain_core.filesystems as filesystems
+
 
 def check_path(path: Any, who: str) -> str:
     """``path`` as a ``str`` (a ``str`` or ``os.PathLike`` of one); ``TypeError`` otherwise."""
@@ -39,6 +41,19 @@ def check_filesystem(filesystem: Any, who: str) -> pafs.FileSystem | None:
     )
 
 
+def filesystem_and_paths(
+    paths: list[str], filesystem: Any, storage_options: Any, who: str
+) -> tuple[pafs.FileSystem | None, list[str]]:
+    """The one ``filesystem=`` / ``storage_options=`` rule of every file source (see
+    :mod:`grain_core.filesystems`): with ``storage_options``, the URLs' fsspec filesystem built with
+    them becomes the explicit filesystem and the paths become paths inside it."""
+    filesystems.check_filesystem_args(filesystem, storage_options, who)
+    if storage_options is None or not paths:
+        return check_filesystem(filesystem, who), paths
+    fs, _ = filesystems.resolve_filesystem(paths[0], None, storage_options, who)
+    return check_filesystem(fs, who), [fs._strip_protocol(p) for p in paths]
+
+
 def describe_filesystem(filesystem: pafs.FileSystem | None) -> str | None:
     """A process-independent description of an explicit filesystem, for ``repr``."""
     if filesystem is None:
@@ -58,7 +73,15 @@ def resolve(path: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSys
         try:
             return pafs.FileSystem.from_uri(path)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise ValueError(f"Parquet: cannot resolve a filesystem for {path!r}: {e}") from e
+            arrow_error = e
+        # A URL PyArrow does not know (http(s)://, memory://, ...): fsspec's filesystem for it.
+        try:
+            fs, inner = filesystems.resolve_filesystem(path, who="Parquet")
+        except (ValueError, ImportError) as e:
+            raise ValueError(
+                f"Parquet: cannot resolve a filesystem for {path!r}: {arrow_error}; {e}"
+            ) from e
+        return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), inner
     return pafs.LocalFileSystem(), os.path.abspath(path)
 
 

@@ -27,7 +27,9 @@ class ParquetIterDataset(grain.IterDataset):
     or broken file fails here, naming it); rows are decoded one row group at a time, column-wise.
 
     ``filesystem`` may be any ``pyarrow.fs.FileSystem`` (e.g. ``SubTreeFileSystem``) or an fsspec
-    filesystem (wrapped with ``pyarrow.fs.FSSpecHandler``).
+    filesystem (wrapped with ``pyarrow.fs.FSSpecHandler``); ``storage_options`` (instead) configure
+    the URL's fsspec filesystem, and URLs PyArrow does not know (``http(s)://``, ``memory://``) are
+    read through fsspec.
 
     Values: numeric columns give numpy scalars, strings ``str``, binaries ``bytes``, lists numpy
     arrays; a numeric column with nulls is read as float with NaN (PyArrow's ``to_numpy``).
@@ -57,8 +59,11 @@ class ParquetIterDataset(grain.IterDataset):
                 return
             path = paths[0]
         self._path = _io.check_path(path, "ParquetIterDataset")
-        self._filesystem = _io.check_filesystem(
-            read_kwargs.pop("filesystem", None), "ParquetIterDataset"
+        self._filesystem, (self._path,) = _io.filesystem_and_paths(
+            [self._path],
+            read_kwargs.pop("filesystem", None),
+            read_kwargs.pop("storage_options", None),
+            "ParquetIterDataset",
         )
         columns = read_kwargs.pop("columns", None)
         self._read_kwargs = read_kwargs

@@ -15,7 +15,7 @@ import hashlib
 import operator
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, SupportsIndex
 
 import numpy as np
@@ -44,6 +44,9 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
         numbered file after file, in the order given (pattern matches sorted).
       columns: read only these columns (all files must have them).
       filesystem: an explicit ``pyarrow.fs.FileSystem`` (or fsspec filesystem) for the paths.
+      storage_options: options for the URLs' fsspec filesystem (e.g. credentials, an endpoint);
+        only one of ``filesystem`` / ``storage_options``. URLs PyArrow does not know
+        (``http(s)://``, ``memory://``) are read through fsspec.
       cache_bytes: bound on the (estimated) memory of the decoded row groups kept (default 256 MiB;
         at least the row group being read is kept).
 
@@ -63,6 +66,7 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
         columns: Sequence[str] | None = None,
         filesystem: Any = None,
         cache_bytes: int = 256 << 20,
+        storage_options: Mapping[str, Any] | None = None,
     ):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
@@ -80,8 +84,11 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
         ]
         if not files:
             raise ValueError("ParquetDataSource needs at least one path.")
+        filesystem, files = _io.filesystem_and_paths(
+            files, filesystem, storage_options, "ParquetDataSource"
+        )
         self._files = files
-        self._filesystem = _io.check_filesystem(filesystem, "ParquetDataSource")
+        self._filesystem = filesystem
         self._cache_bytes = check_int(cache_bytes, "ParquetDataSource cache_bytes")
         sizes, rg_file, rg_local = [], [], []
         names = None
