@@ -12,6 +12,12 @@ position, using the fresh iterator's own ``get_state()`` as the template, so eve
 ``set_state`` makes still applies. ``DatasetIterator.set_state`` and ``DataLoaderIterator.set_state``
 call it when they are given a Grain state; nothing else needs to.
 
+Grain's data are Grain-exact data: a Grain state restores into a pipeline built in Grain-exact mode
+(``grain_core.config.grain_exact``, on under the ``import grain`` alias), or into any pipeline
+whose data the mode does not change; a pipeline built in correct mode whose data differ from
+Grain's (its stages record ``data_mode: correct``) refuses it with :class:`StateMismatchError`
+saying how to switch (:func:`check_grain_mode`).
+
 A Grain state of a stage this module does not know raises :class:`StateMismatchError` naming the
 stage, and changes nothing; a source stage below the known ones receives the Grain state itself
 (so sources that read Grain's states, like ``TFRecordIterDataset``, restore them).
@@ -19,15 +25,18 @@ stage, and changes nothing; a source stage below the known ones receives the Gra
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grain_core import global_config as _config
 from grain_core.state import StateMismatchError
 
 __all__ = [
     "GRAIN_DATALOADER_KEYS",
     "GRAIN_MP_PREFETCH_KEYS",
     "MP_PREFETCH_KIND",
+    "check_grain_mode",
     "dataloader_mp_state",
     "dataloader_next_indices",
     "from_grain_mp_state",
@@ -105,6 +114,7 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
     if kind == "PrefetchDatasetIterator":
         if "next_index" not in grain:
             raise _unknown(grain, kind, path)
+        check_grain_mode(ours, path)
         return {**ours, "next_index": _int(grain["next_index"], f"{path}.next_index")}
     if kind == "RandomMapIterDataset" and "index_for_rng" in grain:
         return {
@@ -171,6 +181,25 @@ def _translate_mix(grain: Mapping[str, Any], ours: Mapping[str, Any], path: str)
         "exhausted": bool(grain.get("stop", False)),
         "parents": parents,
     }
+
+
+def check_grain_mode(ours: Mapping[str, Any], path: str = "state") -> None:
+    """Refuses a Grain-exact state (Grain's own) for the grain_core state ``ours`` when a stage
+    of ``ours`` records that it was built in correct mode and gives other data than Grain's.
+
+    Raises:
+      grain_core.global_config.DataModeError: saying how to switch to Grain-exact mode.
+    """
+    for text in ours.get("stages") or ():
+        try:
+            stage = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(stage, Mapping) and stage.get(_config.MODE_FIELD) == _config.CORRECT_MODE:
+            raise _config.DataModeError(
+                f"{path}: this Grain state cannot be restored: its {stage.get('stage')} stage "
+                f"gives other data than Grain's. {_config.mode_switch_hint(_config.GRAIN_EXACT_MODE)}"
+            )
 
 
 def _int(value: Any, path: str) -> int:

@@ -6,7 +6,12 @@ reads, from its shard's records ``[start, end)`` (``ShardOptions.bounds``), reco
 ``start + perm_e(j)`` where ``q = p // shard_count``, ``e, j = divmod(q, end - start)`` and
 ``perm_e`` is epoch ``e`` of Grain's shuffle (``seeds.IndexPermutation(end - start, seed, e)``) or
 the identity. ``sampler[p].rng`` is ``np.random.Generator(np.random.Philox(key=seed + p))``.
-These are Grain 0.2.18's rules (recorded: ``tests/compat_semantics/data/data_loader.json``).
+These are Grain 0.2.18's rules (recorded: ``tests/compat_semantics/data/data_loader.json``),
+with one exception unless ``grain_core.config.grain_exact`` is on when the sampler is built: with
+sharding and ``drop_remainder=False`` Grain's ``len`` is ``num_epochs * num_records`` whatever the
+shard's size, so a shard holding one record more than ``num_records / shard_count`` leaves it
+unread (and later epochs start mid-shard); here ``len`` is ``num_epochs * shard size *
+shard_count``, so each shard's ``DataLoader`` reads every one of its records each epoch.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from grain_core import global_config as _config
 from grain_core import seeds as _seeds
 from grain_core.records import RecordMetadata
 from grain_core.sharding import NoSharding, ShardOptions
@@ -98,14 +104,15 @@ class IndexSampler:
         self._shuffle = bool(shuffle)
         self._num_epochs = num_epochs
         self._seed = seed
+        self._grain_exact = _config.grain_exact()
         self._start, end = shard_options.bounds(num_records)
         self._size = end - self._start
         if num_epochs is None:
             self._len = sys.maxsize
         else:
             self._len = num_epochs * num_records
-            if shard_options.shard_count > 1 and shard_options.drop_remainder:
-                self._len = min(self._len, self._size * shard_options.shard_count * num_epochs)
+            if shard_options.shard_count > 1 and (shard_options.drop_remainder or not self._grain_exact):
+                self._len = self._size * shard_options.shard_count * num_epochs
         self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
 
     # --- properties -------------------------------------------------------------------------------
@@ -151,7 +158,7 @@ class IndexSampler:
         if cached is not None and cached[0] == epoch:
             return cached[1]
         assert self._seed is not None  # a shuffling sampler has a seed
-        perm = _seeds.IndexPermutation(self._size, self._seed, epoch)
+        perm = _seeds.IndexPermutation(self._size, self._seed, epoch, grain_exact=self._grain_exact)
         self._perm_cache = (epoch, perm)
         return perm
 
@@ -198,7 +205,8 @@ class IndexSampler:
                 out = np.empty_like(local)
                 for e in np.unique(epochs).tolist():
                     sel = epochs == e
-                    out[sel] = _seeds.IndexPermutation(self._size, self._seed, e)(local[sel])  # type: ignore[arg-type]
+                    perm = _seeds.IndexPermutation(self._size, self._seed, e, grain_exact=self._grain_exact)  # type: ignore[arg-type]
+                    out[sel] = perm(local[sel])
                 local = out
         return local + self._start
 

@@ -14,7 +14,10 @@ both (recorded outputs: ``tests/compat_semantics/data/``; rules: ``docs/differen
 * Global shuffling uses :func:`index_shuffle`, Grain's keyed bijection (a Simon block cipher over
   the index bits with ``std::seed_seq`` round keys, cycle-walked into range), here vectorised over
   index arrays in O(1) memory. :class:`IndexPermutation` is the per-epoch permutation of Grain's
-  ``shuffle``: epoch ``e`` uses seed ``(seed + e) % 2**32`` and 4 rounds.
+  ``shuffle``: epoch ``e`` uses seed ``(seed + e) % 2**32`` and 4 rounds. Grain sizes the cipher
+  block one bit short for ``max_index == 2**k`` (``k >= 16`` even: index ``2**k`` aliases index 0, a
+  duplicate); by default the block is sized exactly (the same order for every other size), and
+  ``grain_exact=True`` (default: ``grain_core.config.grain_exact``) keeps Grain's block.
 
 Plugins must use these functions so that their randomness obeys the same rules as the kernel's.
 """
@@ -31,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from grain_core.global_config import grain_exact as _grain_exact_now
+
 __all__ = [
     "MAX_SEED",
     "ElementRngs",
@@ -39,6 +44,7 @@ __all__ = [
     "default_seed",
     "derive_seed",
     "element_rng",
+    "grain_block_is_short",
     "index_shuffle",
     "shuffle_tables",
     "validate_seed",
@@ -222,12 +228,18 @@ def _seed_seq_words(seed: int, count: int) -> tuple[int, ...]:
     return tuple(words)
 
 
-def _block_bits(max_index: int) -> int:
-    # Grain sizes the block from the floating-point log2 (so max_index == 2**k, k >= 16, gets k
-    # bits and its top index aliases index 0 — kept, as it decides Grain's order).
-    bits = math.ceil(math.log2(float(max_index)))
+def _block_bits(max_index: int, grain_exact: bool) -> int:
+    # Grain sizes the block from the floating-point log2 (so max_index == 2**k gets k bits and its
+    # top index aliases index 0); the exact bit length differs only where Grain's block is short.
+    bits = math.ceil(math.log2(float(max_index))) if grain_exact else max_index.bit_length()
     bits = max(bits + bits % 2, 16)
     return 64 if bits > 62 else bits
+
+
+def grain_block_is_short(max_index: int) -> bool:
+    """True where Grain's shuffle of ``[0, max_index]`` is no permutation (its block is one bit
+    short: ``max_index == 2**k``, ``k >= 16`` even), so the two modes' orders differ."""
+    return max_index > 0 and _block_bits(max_index, True) != _block_bits(max_index, False)
 
 
 def _check_rounds(rounds: Any) -> int:
@@ -259,7 +271,9 @@ class IndexShuffle:
     only.
     """
 
-    def __init__(self, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS):
+    def __init__(
+        self, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS, *, grain_exact: bool | None = None
+    ):
         max_index = operator.index(max_index)
         if max_index < 0:
             raise ValueError(f"max_index must be >= 0, got {max_index}.")
@@ -268,7 +282,8 @@ class IndexShuffle:
         self.max_index = max_index
         self.seed = validate_seed(seed)
         self.rounds = _check_rounds(rounds)
-        self._half = _block_bits(max_index) // 2 if max_index else 8
+        self.grain_exact = _grain_exact_now() if grain_exact is None else bool(grain_exact)
+        self._half = _block_bits(max_index, self.grain_exact) // 2 if max_index else 8
         self._keys = _seed_seq_words(self.seed, self.rounds)
         self._int_keys = tuple(k & ((1 << self._half) - 1) for k in self._keys)
         # 16-bit blocks: each double round as (xor before the table lookup, xor after it)
@@ -536,7 +551,7 @@ _WALK_TABLES = 8  # tables walked together: 8 x 512 KiB of step table stay in ca
 
 
 def shuffle_tables(
-    max_index: int, seeds: Sequence[int], rounds: int = SHUFFLE_ROUNDS
+    max_index: int, seeds: Sequence[int], rounds: int = SHUFFLE_ROUNDS, *, grain_exact: bool | None = None
 ) -> np.ndarray:
     """Grain's whole permutation of ``[0, max_index]`` for each of ``seeds``, as rows of an
     ``(len(seeds), max_index + 1)`` int64 array: row ``r`` is ``IndexShuffle(max_index,
@@ -556,7 +571,7 @@ def shuffle_tables(
         return np.zeros((0, max(n, 0)), dtype=np.int64)
     if not _WALK_MIN_SIZE <= n <= _WALK_MAX_SIZE:
         span = np.arange(n, dtype=np.int64)
-        return np.stack([IndexShuffle(max_index, x, rounds)(span) for x in seeds])
+        return np.stack([IndexShuffle(max_index, x, rounds, grain_exact=grain_exact)(span) for x in seeds])
     return _walk_tables(max_index, seeds, rounds)
 
 
@@ -599,31 +614,37 @@ def _walk_tables(max_index: int, seeds: Sequence[int], rounds: int) -> np.ndarra
     return out
 
 
-def index_shuffle(index: int, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS) -> int:
+def index_shuffle(
+    index: int, max_index: int, seed: int, rounds: int = SHUFFLE_ROUNDS, *, grain_exact: bool | None = None
+) -> int:
     """The position of ``index`` in Grain's seeded permutation of ``[0, max_index]``.
 
-    Same arguments, results and errors as ``grain.experimental.index_shuffle``.
+    Same arguments, results and errors as ``grain.experimental.index_shuffle`` (for
+    ``max_index == 2**k``, ``k >= 16`` even, only with ``grain_exact``: see the module docstring).
     """
     idx, top = operator.index(index), operator.index(max_index)
     r = _check_rounds(rounds)
     if not 0 <= idx <= top:
         raise ValueError(f"index must be in [0, max_index], but got index = {idx} and max_index = {top}")
-    return _cached_shuffle(top, validate_seed(seed), r)(idx)
+    exact = _grain_exact_now() if grain_exact is None else bool(grain_exact)
+    return _cached_shuffle(top, validate_seed(seed), r, exact)(idx)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_shuffle(max_index: int, seed: int, rounds: int) -> IndexShuffle:
-    return IndexShuffle(max_index, seed, rounds)
+def _cached_shuffle(max_index: int, seed: int, rounds: int, grain_exact: bool) -> IndexShuffle:
+    return IndexShuffle(max_index, seed, rounds, grain_exact=grain_exact)
 
 
 class IndexPermutation:
     """Epoch ``epoch`` of Grain's global shuffle of ``n`` elements seeded ``seed``.
 
-    ``perm(i)`` is ``index_shuffle(i, n - 1, (seed + epoch) % 2**32, rounds=4)``; ``perm(array)``
-    maps an integer array elementwise. Memory is O(1) in ``n``.
+    ``perm(i)`` is ``index_shuffle(i, n - 1, (seed + epoch) % 2**32, rounds=4, grain_exact=...)``;
+    ``perm(array)`` maps an integer array elementwise. Memory is O(1) in ``n``.
     """
 
-    def __init__(self, n: int, seed: int, epoch: int = 0, rounds: int = SHUFFLE_ROUNDS):
+    def __init__(
+        self, n: int, seed: int, epoch: int = 0, rounds: int = SHUFFLE_ROUNDS, *, grain_exact: bool | None = None
+    ):
         n = operator.index(n)
         if n < 0:
             raise ValueError(f"permutation size must be >= 0, got {n}.")
@@ -631,7 +652,7 @@ class IndexPermutation:
             raise ValueError(f"permutation size must be <= 2**63, got {n}.")
         self.n = n
         self.seed = (validate_seed(seed) + operator.index(epoch)) % 2**32
-        self._shuffle = IndexShuffle(max(n - 1, 0), self.seed, rounds)
+        self._shuffle = IndexShuffle(max(n - 1, 0), self.seed, rounds, grain_exact=grain_exact)
 
     def __call__(self, index: Any) -> Any:
         if isinstance(index, np.ndarray):

@@ -24,6 +24,8 @@ import numbers
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from grain_core import global_config as _config
+
 __all__ = [
     "STATE_FORMAT_VERSION",
     "IDENTIFYING_FIELDS",
@@ -490,6 +492,9 @@ def check_fingerprint(state: Any, kind: str, fingerprint: str, stages: list[str]
     if state["fingerprint"] == fingerprint:
         return
     why = explain_stage_difference(state.get("stages"), stages)
+    if why and f" {_config.MODE_FIELD} " in why:  # same pipeline, built in the other data mode
+        saved = _config.CORRECT_MODE if repr(_config.CORRECT_MODE) in why.split(" vs ")[0] else None
+        raise _config.DataModeError(f"{kind}: {why}. {_config.mode_switch_hint(saved)}")
     raise StateMismatchError(
         f"{kind}: the state comes from a different pipeline: "
         + (why if why else f"fingerprint {state['fingerprint']!r} vs {fingerprint!r}")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from grain_core import global_config as _config
 from grain_core import seeds as _seeds
 from grain_core import transforms as tr
 from grain_core import tree
@@ -150,7 +151,13 @@ class SeedMapDataset(MapDataset):
 
 
 class ShuffleMapDataset(MapDataset):
-    """Grain's global shuffle: epoch ``e`` is ``grain_core.seeds.IndexPermutation(n, seed, e)``."""
+    """Grain's global shuffle: epoch ``e`` is ``grain_core.seeds.IndexPermutation(n, seed, e)``,
+    a permutation (Grain's order for every ``n`` but ``2**k + 1``, ``k >= 16`` even, where Grain
+    repeats one element and drops one: reproduced only when built with ``grain_core.config``
+    ``grain_exact`` on)."""
+
+    #: Each epoch orders the elements differently (a slice below reads one fixed set of them).
+    reorders_each_epoch = True
 
     def __init__(self, parent: MapDataset, seed: int | None = None):
         super().__init__(parent)
@@ -163,18 +170,20 @@ class ShuffleMapDataset(MapDataset):
                 "ds.shuffle(seed).repeat()."
             )
         self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
+        self._grain_exact = _config.grain_exact()
 
     def __len__(self):
         return self._n
 
     def fingerprint_fields(self):
-        return {"seed": self._seed}
+        short = _seeds.grain_block_is_short(self._n - 1)
+        return {"seed": self._seed, **_config.mode_fields(self._grain_exact, short)}
 
     def _perm(self, epoch: int) -> _seeds.IndexPermutation:
         cached = self._perm_cache
         if cached is not None and cached[0] == epoch:
             return cached[1]
-        perm = _seeds.IndexPermutation(self._n, self._seed, epoch)
+        perm = _seeds.IndexPermutation(self._n, self._seed, epoch, grain_exact=self._grain_exact)
         self._perm_cache = (epoch, perm)
         return perm
 
@@ -200,12 +209,18 @@ class ShuffleMapDataset(MapDataset):
             mapped = np.empty_like(idx)
             for e in np.unique(epochs).tolist():
                 sel = epochs == e
-                mapped[sel] = _seeds.IndexPermutation(n, self._seed, e)(local[sel]) + e * n
+                perm = _seeds.IndexPermutation(n, self._seed, e, grain_exact=self._grain_exact)
+                mapped[sel] = perm(local[sel]) + e * n
         return self._parent.__getitems__(mapped)
 
 
 class SliceMapDataset(MapDataset):
-    """The positions of a slice; later epochs continue in the parent's later epochs."""
+    """The positions of a slice; later epochs continue in the parent's later epochs, except where
+    that would let elements the slice leaves out back in: a slice of fewer elements than its
+    parent, above a stage that orders each epoch differently (``reorders_each_epoch``: shuffles),
+    reads the same parent positions every epoch. Built with ``grain_core.config.grain_exact``
+    on, it reads the parent's later epochs there too, as Grain 0.2.18 does (Grain issue 1200).
+    """
 
     def __init__(self, parent: MapDataset, sl: slice):
         super().__init__(parent)
@@ -220,18 +235,24 @@ class SliceMapDataset(MapDataset):
         self._n = len(parent)
         self._start, self._stop, self._step = sl.indices(self._n)
         self._len = len(range(self._start, self._stop, self._step))
+        self._grain_exact = _config.grain_exact()
+        # Whether later epochs would read other elements than the first (Grain's leak).
+        self._leaks = self._len < self._n and _reorders_each_epoch(parent)
+        # Parent positions between epochs: the parent's next epoch, or the same positions again.
+        self._epoch_stride = self._n if self._grain_exact or not self._leaks else 0
 
     def __len__(self):
         return self._len
 
     def fingerprint_fields(self):
-        return {"start": self._start, "stop": self._stop, "step": self._step}
+        bounds = {"start": self._start, "stop": self._stop, "step": self._step}
+        return {**bounds, **_config.mode_fields(self._grain_exact, self._leaks)}
 
     def _getitem(self, index):
         if self._len == 0:
             raise IndexError("Cannot read from an empty slice.")
         epoch, j = divmod(index, self._len)
-        return self._parent._getitem(self._start + j * self._step + epoch * self._n)
+        return self._parent._getitem(self._start + j * self._step + epoch * self._epoch_stride)
 
     def __getitems__(self, indices):
         idx = _index_array(indices)
@@ -244,10 +265,25 @@ class SliceMapDataset(MapDataset):
             # with Python ints, exactly as _getitem does.
             return [self._getitem(int(i)) for i in idx]
         epoch, j = np.divmod(idx, self._len)
-        return self._parent.__getitems__(self._start + j * self._step + epoch * self._n)
+        return self._parent.__getitems__(self._start + j * self._step + epoch * self._epoch_stride)
 
     def __str__(self) -> str:
         return f"SliceMapDataset[{self._start}:{self._stop}:{self._step}]"
+
+
+def _reorders_each_epoch(ds: MapDataset) -> bool:
+    """Whether a stage of ``ds``'s ``MapDataset`` graph declares ``reorders_each_epoch``."""
+    seen: set[int] = set()
+    todo: list[Any] = [ds]
+    while todo:
+        d = todo.pop()
+        if id(d) in seen or not isinstance(d, MapDataset):
+            continue
+        seen.add(id(d))
+        if getattr(d, "reorders_each_epoch", False):
+            return True
+        todo.extend(d.parents)
+    return False
 
 
 class _OneToOneMapDataset(MapDataset):

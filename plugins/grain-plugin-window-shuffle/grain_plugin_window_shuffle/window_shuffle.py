@@ -2,10 +2,12 @@
 
 ``WindowShuffleMapDataset`` permutes every window of ``window_size`` consecutive indices with
 Grain's ``index_shuffle`` seeded ``seed + window number`` (windows count over all indices, across
-epochs). As in Grain, the last, partial window of a finite dataset is still shuffled as a full
-window, so it may read indices past the end (the parent's next epoch); pass
-``clip_last_window=True`` to keep every epoch a permutation of its elements instead (see
-``docs/differences.md``).
+epochs). Grain 0.2.18 shuffles the last, partial window of a finite dataset as a full window, so it
+reads indices past the end (the parent's next epoch): some elements twice, some never. By default
+(``clip_last_window=None``) that happens only when ``grain_core.config.grain_exact`` is on as the
+stage is built; otherwise windows restart every epoch and the last one is permuted within its own
+length, so every epoch is a permutation of its elements (the same order as Grain's wherever the
+dataset's length is a multiple of ``window_size``; see ``docs/differences.md``).
 
 ``WindowShuffleIterDataset`` reads ``window_size`` elements into memory and yields them as Grain
 does: window ``k`` is ordered by ``index_shuffle(pos, len - 1, seed + k)`` and emitted from its
@@ -15,6 +17,7 @@ end. Both are seeded by an explicit ``seed`` or, when it is None, by the pipelin
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,7 @@ import grain_core as grain
 from grain_core import seeds as _seeds
 from grain_core import state as _state
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset, OneParentMapDataset
+from grain_core.global_config import mode_fields
 from grain_core.state import StateField
 from grain_core.validation import check_int
 
@@ -43,10 +47,12 @@ def _check_window_size(window_size: Any, where: str) -> int:
     return w
 
 
-def window_permutation(size: int, seed: int, window: int) -> _seeds.IndexShuffle:
+def window_permutation(
+    size: int, seed: int, window: int, grain_exact: bool | None = None
+) -> _seeds.IndexShuffle:
     """Grain's permutation of window number ``window`` holding ``size`` elements:
-    ``index_shuffle(i, size - 1, (seed + window) % 2**32, rounds=4)``."""
-    return _seeds.IndexShuffle(max(size - 1, 0), (seed + window) % 2**32)
+    ``index_shuffle(i, size - 1, (seed + window) % 2**32, rounds=4, grain_exact=grain_exact)``."""
+    return _seeds.IndexShuffle(max(size - 1, 0), (seed + window) % 2**32, grain_exact=grain_exact)
 
 
 class WindowShuffleMapDataset(OneParentMapDataset):
@@ -55,8 +61,12 @@ class WindowShuffleMapDataset(OneParentMapDataset):
     Element ``i`` is read from the parent at ``k * window_size + perm_k(i - k * window_size)``
     where ``k = i // window_size`` and ``perm_k = window_permutation(window_size, seed, k)`` (as in
     Grain). With ``clip_last_window=True`` windows restart every epoch and the last one of an
-    epoch is permuted within its own, shorter length, so no index past the epoch is read.
+    epoch is permuted within its own, shorter length, so no index past the epoch is read. The
+    default, None, clips unless ``grain_core.config.grain_exact`` is on when the stage is built.
     """
+
+    #: Each epoch orders the elements differently (a slice below reads one fixed set of them).
+    reorders_each_epoch = True
 
     def __init__(
         self,
@@ -64,7 +74,7 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         window_size: int,
         seed: int | None = None,
         *,
-        clip_last_window: bool = False,
+        clip_last_window: bool | None = None,
     ):
         if not isinstance(parent, grain.MapDataset):
             raise TypeError(
@@ -75,7 +85,15 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         self._window = _check_window_size(window_size, "WindowShuffleMapDataset")
         self._seed = self.resolve_seed(seed)
         self._n = len(parent)
-        self._clip = bool(clip_last_window)
+        self._grain_exact = bool(grain.config.grain_exact)
+        self._clip_given = clip_last_window is not None
+        self._clip = bool(clip_last_window) if self._clip_given else not self._grain_exact
+        # The modes differ for a partial last window (unless clip_last_window is given), and for
+        # a window of 2**k + 1 elements (k >= 16 even) where Grain's index shuffle repeats one.
+        partial = self._n < sys.maxsize and self._n % self._window != 0
+        self._mode_matters = (partial and not self._clip_given) or _seeds.grain_block_is_short(
+            self._window - 1
+        )
         # (epoch, window) -> its permutation, for random access over many windows (e.g. a global
         # shuffle downstream). Emptied when full; plain dict steps, so threads may share it.
         self._perms: dict[tuple[int, int], _seeds.IndexShuffle] = {}
@@ -90,10 +108,10 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         return self._n
 
     def fingerprint_fields(self):
-        fields = {"window_size": self._window, "seed": self._seed}
-        if self._clip:
+        fields: dict[str, Any] = {"window_size": self._window, "seed": self._seed}
+        if self._clip and self._clip_given:
             fields["clip_last_window"] = True
-        return fields
+        return {**fields, **mode_fields(self._grain_exact, self._mode_matters)}
 
     def __str__(self) -> str:
         return f"WindowShuffleMapDataset(window_size={self._window}, seed={self._seed})"
@@ -112,9 +130,9 @@ class WindowShuffleMapDataset(OneParentMapDataset):
             start = window * self._window
             size = min(self._window, self._n - start)
             nwin = -(-self._n // self._window)
-            perm = window_permutation(size, self._seed, epoch * nwin + window)
+            perm = window_permutation(size, self._seed, epoch * nwin + window, self._grain_exact)
         else:
-            perm = window_permutation(self._window, self._seed, window)
+            perm = window_permutation(self._window, self._seed, window, self._grain_exact)
         if len(perms) >= self._max_perms:
             perms.clear()
         perms[(epoch, window)] = perm
@@ -183,9 +201,12 @@ class WindowShuffleIterDataset(OneParentIterDataset):
         self._parent = parent
         self._window = _check_window_size(window_size, "WindowShuffleIterDataset")
         self._seed = self.resolve_seed(seed)
+        self._grain_exact = bool(grain.config.grain_exact)  # matters for 2**k + 1 windows only
 
     def __iter__(self):
-        return _WindowShuffleIterator(iter(self._parent), self._window, self._seed)
+        it = _WindowShuffleIterator(iter(self._parent), self._window, self._seed)
+        it._grain_exact = self._grain_exact
+        return it
 
     def __str__(self) -> str:
         return f"WindowShuffleIterDataset(window_size={self._window}, seed={self._seed})"
@@ -225,11 +246,12 @@ class _WindowShuffleIterator(OneParentIterator):
         self._tables: np.ndarray | None = None
         self._tables_first = 0
         self._batch = 1  # windows per computation: 1, 8, then up to the cap
+        self._grain_exact: bool | None = None  # set by the dataset (None: the config's now)
 
     def _order(self, k: int, length: int) -> np.ndarray:
         """The emission order of window ``k`` holding ``length`` elements."""
         if length != self._size:  # the last, partial window
-            perm = window_permutation(length, self._seed, k)
+            perm = window_permutation(length, self._seed, k, self._grain_exact)
             return perm(np.arange(length))[::-1]
         tables, row = self._tables, k - self._tables_first
         if tables is None or not 0 <= row < len(tables):
@@ -238,15 +260,19 @@ class _WindowShuffleIterator(OneParentIterator):
             # than a batch completes must still let iteration progress.
             self._batch = 1
             tables = _seeds.shuffle_tables(
-                length - 1, [(self._seed + k + j) % 2**32 for j in range(count)]
+                length - 1,
+                [(self._seed + k + j) % 2**32 for j in range(count)],
+                grain_exact=self._grain_exact,
             )
             self._tables, self._tables_first, row = tables, k, 0
             self._batch = min(8 * count, _MAX_BATCH, max(1, _MAX_TABLE_INTS // length))
         return tables[row, ::-1]
 
-    def _next_window(self):
+    def _next_window(self, emitted: int = 1):
         """Reads the next window and returns its first element (the per-element path's slow
-        branch); raises ``StopIteration`` at the end."""
+        branch), committing ``emitted`` of its elements as emitted (``next_chunk`` passes 0 and
+        slices the window itself, so an interrupt before it returns loses no element); raises
+        ``StopIteration`` at the end."""
         parent = self._parent
         reading = self._reading
         if reading is None:
@@ -270,7 +296,7 @@ class _WindowShuffleIterator(OneParentIterator):
         buf = np.fromiter(items, dtype=object, count=len(items))[order].tolist()
         # Plain stores from here on: nothing an interrupt could split.
         self._buf = buf
-        self._pos = 1
+        self._pos = emitted
         self._index = k
         self._start_state = start_state
         self._reading = None
@@ -290,7 +316,7 @@ class _WindowShuffleIterator(OneParentIterator):
         per-element work); reads the next window first when this one is all emitted."""
         pos = self._pos
         if pos >= len(self._buf):
-            self._next_window()
+            self._next_window(0)
             pos = 0
         stop = min(len(self._buf), pos + max(1, max_elements))
         chunk = self._buf[pos:stop]

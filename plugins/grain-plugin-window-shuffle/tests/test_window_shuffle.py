@@ -15,11 +15,20 @@ def _windows_ok(out, n, w):
 
 
 def test_map_grain_windows_read_past_a_partial_last_window():
-    # Grain's order (recorded in tests/compat_semantics): the partial last window is shuffled as a
-    # full one, so it reads indices of the next epoch.
-    ds = grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(20), window_size=6, seed=3)
+    # Grain's order (recorded in tests/compat_semantics), under the Grain-exact switch: the partial
+    # last window is shuffled as a full one, so it reads indices of the next epoch.
+    with grain.config.override(grain_exact=True):
+        ds = grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(20), window_size=6, seed=3)
     assert list(ds) == [4, 3, 0, 1, 2, 5, 11, 6, 10, 9, 8, 7, 16, 12, 17, 15, 13, 14, 0, 3]
     assert ds.__getitems__(list(range(20))) == list(ds)
+    explicit = grain.experimental.WindowShuffleMapDataset(
+        grain.MapDataset.range(20), window_size=6, seed=3, clip_last_window=False
+    )
+    assert list(explicit) == list(ds)
+    # By default the last window is permuted within itself: the whole windows are Grain's.
+    correct = grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(20), window_size=6, seed=3)
+    assert list(correct)[:18] == list(ds)[:18]
+    assert sorted(list(correct)[18:]) == [18, 19]
 
 
 def test_map_permutes_within_windows_and_epochs():
