@@ -98,6 +98,15 @@ def test_batch_errors_carry_grains_wording(elements):
         _batch(elements, "map")
 
 
+def test_ragged_error_starts_with_grains_exact_message():
+    # Recorded from google grain 0.2.18 (record_tree_batching.py): the message for three ragged
+    # dict elements is exactly these two lines; grain_core adds a line naming the leaf after them.
+    grains = "Expected all input elements to have the same structure but got:\n'list<dict>[3]'"
+    with pytest.raises(ValueError) as info:
+        _batch([{"a": np.ones(i + 1)} for i in range(3)], "map")
+    assert str(info.value).startswith(grains + "\n")
+
+
 def test_ragged_error_names_the_leaf_and_shapes():
     with pytest.raises(ValueError, match=r"leaf \['a'\]: element 0 has shape \(1,\)"):
         _batch([{"a": np.ones(1)}, {"a": np.ones(2)}], "iter")
