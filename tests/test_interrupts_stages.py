@@ -89,3 +89,62 @@ def test_stage_survives_real_interrupts(stage, runtime, per_call, chunks):
     check_interrupts(
         _stages(runtime)[stage], packages=(grain, _HERE), per_call=per_call, read_chunks=chunks
     )
+
+
+# --- a second interrupt while the first is being handled, in the one-to-one stages -------------
+
+
+def _pred(x):
+    return _slow(x) % 3 != 1
+
+
+def _random(x, rng):
+    return _slow(x) * 1000 + int(rng.integers(0, 1000))
+
+
+def _with_index(i, x):
+    return (i, _slow(x))
+
+
+def _batch_fn(xs):
+    return [_slow(x) for x in xs]
+
+
+class _Split(grain.transforms.FlatMap):
+    max_fan_out = 3
+
+    def flat_map(self, x):
+        return [_slow(x)] * (x % 3)
+
+
+def _one_to_one(runtime: str) -> dict:
+    src = lambda: _parent(runtime, 150 if runtime == "processes" else 400)  # noqa: E731
+    return {
+        "map": lambda: src().map(_slow),
+        "filter": lambda: src().filter(_pred),
+        "random_map": lambda: src().seed(3).random_map(_random),
+        "map_with_index": lambda: src().map_with_index(_with_index),
+        "batch": lambda: src().map(_slow).batch(4),
+        "batch_fn": lambda: src().batch(5, batch_fn=_batch_fn),
+        "filter_batch": lambda: src().filter(_pred).batch(3),
+        "flat_map": lambda: grain.experimental.FlatMapIterDataset(src(), _Split()),
+    }
+
+
+_SECOND = [
+    (stage, runtime, chunks)
+    for runtime in ("in_process", "thread", "processes")
+    for stage in sorted(_one_to_one(runtime))
+    for chunks in ((False, True) if runtime == "in_process" else (False,))
+]
+
+
+@pytest.mark.parametrize(
+    "stage,runtime,chunks",
+    _SECOND,
+    ids=[f"{s}-{r}{'-chunks' if c else ''}" for s, r, c in _SECOND],
+)
+def test_second_interrupt_during_the_first_loses_nothing(stage, runtime, chunks):
+    check_interrupts(
+        _one_to_one(runtime)[stage], packages=(grain, _HERE), per_call=3, read_chunks=chunks
+    )

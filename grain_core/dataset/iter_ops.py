@@ -109,8 +109,22 @@ class _ChunkedOneToOne(_OneParentIterator):
         # A parent that cannot move back: the element whose function call was interrupted and the
         # parent's state before it (the state of this stage until that element is returned).
         self._held: tuple[Any, Any] | None = None
+        # After an interrupt: what the interrupted call still owes its parent (a list of the
+        # elements, or a count), noted with a plain store before the give-back and dropped right
+        # after it; a second interrupt during the give-back leaves it for the next call.
+        self._owed: Any = None
+
+    def _settle(self) -> None:
+        """Gives the parent back what an interrupted call noted in ``_owed``."""
+        owed = self._owed
+        n = owed if isinstance(owed, int) else len(owed)
+        if n:
+            unread(self._parent, n)  # then no call before the note goes
+        self._owed = None
 
     def get_state(self):
+        if self._owed is not None:
+            self._settle()
         held = self._held
         if held is not None:
             return _state.make_state(self.kind, parent=held[1], **self._extra_state())
@@ -162,8 +176,8 @@ class _ChunkedOneToOne(_OneParentIterator):
             moved = self._parent.next_chunk(k)
             k = len(moved)
         except BaseException:
-            if moved:
-                unread(self._parent, len(moved))
+            self._owed = moved  # first, a plain store; given back now or by the next call
+            self._settle()
             raise
         out, self._replay = replay[:k], replay[k:]
         self._count += k
@@ -171,6 +185,8 @@ class _ChunkedOneToOne(_OneParentIterator):
         return out
 
     def __next__(self):
+        if self._owed is not None:
+            self._settle()
         if self._pending is not None:
             self._raise_pending()
         if self._replay:
@@ -184,7 +200,15 @@ class _ChunkedOneToOne(_OneParentIterator):
         i = self._count
         try:
             y = self._call(x, i)
+        except Exception as e:
+            self._fail_one(e, i, x, before)
+            raise
         except BaseException as e:
+            # An interrupt: noted first with plain stores (a second interrupt cannot split them).
+            if self._chunked:
+                self._owed = 1
+            else:
+                self._held = (x, before)
             self._fail_one(e, i, x, before)
             raise
         self._held = None  # the commit: plain assignments, no call
@@ -201,7 +225,8 @@ class _ChunkedOneToOne(_OneParentIterator):
             self._held = None
             self._count = i + 1
         elif self._chunked:
-            unread(self._parent, 1)
+            self._owed = 1  # (the caller noted it already)
+            self._settle()
         else:
             self._held = (x, before)
         self._last_out = []
@@ -218,6 +243,8 @@ class _ChunkedOneToOne(_OneParentIterator):
     def next_chunk(self, max_elements: int) -> list[Any]:
         if not self._chunked:
             return [self.__next__()]
+        if self._owed is not None:
+            self._settle()
         if self._pending is not None:
             self._raise_pending()
         if self._replay:
@@ -228,7 +255,7 @@ class _ChunkedOneToOne(_OneParentIterator):
         try:
             self._apply(chunk, start, out)
             end = start + len(out)
-        except BaseException as e:
+        except Exception as e:
             done = out
             self._last_out = []
             _error_note(e, self._where(), start + len(done))
@@ -238,11 +265,14 @@ class _ChunkedOneToOne(_OneParentIterator):
                 self._count = start + len(done) + 1
                 self._last_out = done
                 return done
-            if isinstance(e, Exception):
-                unread(self._parent, len(chunk) - 1)
-                self._count = start + 1
-            else:
-                unread(self._parent, len(chunk))
+            unread(self._parent, len(chunk) - 1)
+            self._count = start + 1
+            raise
+        except BaseException as e:
+            self._owed = chunk  # first, a plain store: nothing of the chunk is consumed
+            self._last_out = []
+            self._settle()
+            _error_note(e, self._where(), start + len(out))
             raise
         self._count = end  # the commit: plain assignments, no call
         self._last_out = out
@@ -269,6 +299,7 @@ class _ChunkedOneToOne(_OneParentIterator):
 
     def _set_extra_state(self, state):
         self._held = None
+        self._owed = None
         self._pending = None
         self._replay, self._last_out = [], []
         self._count = int(state.get("count", 0))
@@ -354,12 +385,16 @@ class _MapIterator(_ChunkedOneToOne):
         return self._fn(x)
 
     def __next__(self):  # the per-element path, without the generic _call indirection
-        if self._pending is not None or self._replay or not self._chunked:
+        if self._pending is not None or self._replay or not self._chunked or self._owed is not None:
             return super().__next__()
         x = self._parent.__next__()  # not next(): no interrupt between its return and `try`
         try:
             y = self._fn(x)
+        except Exception as e:
+            self._fail_one(e, self._count, x)
+            raise
         except BaseException as e:
+            self._owed = 1  # first, a plain store: x goes back to the parent
             self._fail_one(e, self._count, x)
             raise
         self._count += 1
@@ -516,6 +551,8 @@ class _FilterIterator(_OneParentIterator):
         # A parent that cannot move back: the element whose test was interrupted and the
         # parent's state before it (see _ChunkedOneToOne).
         self._held: tuple[Any, Any] | None = None
+        # After an interrupt while testing a chunk: what still goes back (see _settle).
+        self._owed: tuple[list[Any], list[Any], list[Any]] | None = None
 
     # --- serving ------------------------------------------------------------------------------
 
@@ -560,6 +597,8 @@ class _FilterIterator(_OneParentIterator):
     def _read(self, n: int) -> list[Any]:
         """With ``_kept`` served: raises the latest chunk's error, if any, or reads parent chunks
         until one has accepted elements, makes it the latest chunk and returns its first ``n``."""
+        if self._owed is not None:
+            self._settle()
         if self._error is not None:
             e = self._error
             self._verdicts, self._kept, self._served, self._error = [], [], 0, None
@@ -595,8 +634,13 @@ class _FilterIterator(_OneParentIterator):
                     verdicts.extend(map(fn, chunk))
                 kept = list(itertools.compress(chunk, verdicts))
                 size = len(chunk)
-            except BaseException as e:
+            except Exception as e:
                 return self._failed(chunk, verdicts, replay, e, n)
+            except BaseException as e:
+                self._owed = (chunk, verdicts, replay)  # first, a plain store
+                self._settle()
+                _error_note(e, _stage_name(self.kind, fn), self._tested + len(verdicts))
+                raise
             # The commit: plain assignments.
             self._replay = replay[size:] if replay else replay
             self._tested += size
@@ -614,6 +658,8 @@ class _FilterIterator(_OneParentIterator):
         """``next()`` reading the parent one element at a time, without reading ahead: after a
         start or restore, and while states are taken after every element (where a surplus would
         only be given back each time). The next read reads ahead (two elements)."""
+        if self._owed is not None:
+            self._settle()
         fn, parent = self._fn, self._parent
         self._since += self._served
         self._verdicts, self._kept, self._served = [], [], 0
@@ -629,14 +675,16 @@ class _FilterIterator(_OneParentIterator):
                     keep = bool(v)
                 else:
                     keep = bool(fn(x))
-            except BaseException as e:
+            except Exception as e:
                 _error_note(e, _stage_name(self.kind, fn), self._tested)
-                if not isinstance(e, Exception):  # interrupted: the element goes back
-                    unread(parent, 1)
-                    raise
                 if replay:  # consumed, as in Grain
                     del replay[0]
                 self._tested += 1
+                raise
+            except BaseException as e:  # interrupted: the element goes back
+                self._owed = ([x], [], replay)  # first, a plain store
+                self._settle()
+                _error_note(e, _stage_name(self.kind, fn), self._tested)
                 raise
             self._tested += 1  # the commit: plain statements until the count
             if keep:
@@ -652,21 +700,14 @@ class _FilterIterator(_OneParentIterator):
                 return x
 
     def _failed(
-        self, chunk: list[Any], verdicts: list[Any], replay: list[Any], e: BaseException, n: int
+        self, chunk: list[Any], verdicts: list[Any], replay: list[Any], e: Exception, n: int
     ) -> list[Any]:
         """After testing ``chunk`` stopped with ``e`` at element ``len(verdicts)`` (a truth value
-        that cannot be computed stops it too, at that element): an interrupt gives the chunk back,
+        that cannot be computed stops it too, at that element; interrupts go to ``_settle``):
         an ``Exception`` consumes the failing element, gives back the ones after it and returns
         the accepted ones before it (raising ``e`` when there are none, else at the next call)."""
         parent, size, k = self._parent, len(chunk), len(verdicts)
         where = _stage_name(self.kind, self._fn)
-        if not isinstance(e, Exception):  # interrupted: nothing of the chunk is consumed
-            _error_note(e, where, self._tested + k)
-            remembered = verdicts + replay[k:]
-            unread(parent, size)
-            self._replay = remembered
-            self._step = 1  # read little when called again (so a retry soon gets through)
-            raise e
         # Verdicts known for the elements from the chunk's first on (a failing one as _Raise).
         if k < size:  # `fn` (or a remembered verdict) failed at element k
             known = [*verdicts, _Raise(e), *replay[k + 1 :]]
@@ -707,13 +748,14 @@ class _FilterIterator(_OneParentIterator):
             try:
                 keep = bool(fn(x))
                 self._count_one(keep)  # (interrupted here, the element is tested again)
-            except BaseException as e:
+            except Exception as e:
                 _error_note(e, _stage_name(self.kind, fn), self._tested)
-                if isinstance(e, Exception):  # consumed, as in Grain
-                    self._held = None
-                    self._tested += 1
-                else:  # hold it, with the parent's state before it
-                    self._held = (x, before)
+                self._held = None  # consumed, as in Grain
+                self._tested += 1
+                raise
+            except BaseException as e:
+                self._held = (x, before)  # first, a plain store: held with the state before it
+                _error_note(e, _stage_name(self.kind, fn), self._tested)
                 raise
             self._held = None  # the commit: plain assignments, no call
             self._tested += 1
@@ -721,6 +763,16 @@ class _FilterIterator(_OneParentIterator):
                 return x
 
     # --- state --------------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """After an interrupt while testing a chunk (``_owed``: the chunk, the verdicts computed,
+        the remembered verdicts it started with): gives the chunk back to the parent, remembering
+        the verdicts, and reads little when called again. Ends with one store after its last
+        call, so a second interrupt during it leaves ``_owed`` for the next call."""
+        chunk, verdicts, replay = self._owed  # type: ignore[misc]
+        remembered = verdicts + replay[len(verdicts) :]
+        unread(self._parent, len(chunk))
+        self._replay, self._step, self._owed = remembered, 1, None
 
     def _give_back(self) -> None:
         """Moves the parent back over the elements of the latest chunk after the last one returned
@@ -741,6 +793,8 @@ class _FilterIterator(_OneParentIterator):
         self._tested -= back
 
     def get_state(self):
+        if self._owed is not None:
+            self._settle()
         held = self._held
         if held is not None:
             return _state.make_state(self.kind, parent=held[1], **self._extra_state())
@@ -755,7 +809,7 @@ class _FilterIterator(_OneParentIterator):
         return _state.make_state(self.kind, parent=self._parent.get_state())
 
     def _set_extra_state(self, state):
-        self._held = None
+        self._held = self._owed = None
         self._error = None
         self._replay = []
         self._verdicts, self._kept, self._served = [], [], 0
@@ -845,13 +899,16 @@ class _BatchIterator(_OneParentIterator):
         # After an interrupt, with a parent that cannot move back: the elements read for the
         # interrupted batch and the parent's state before them (the state until it is returned).
         self._held: tuple[list[Any], Any] | None = None
+        # After an interrupt: (items, before) still to give back (see _give_back), noted with a
+        # plain store first; a second interrupt during the give-back leaves it for the next call.
+        self._owed: tuple[list[Any], Any] | None = None
 
     def _get_next_index(self) -> int:
         """The batch produced next, from the parent's next element (Grain's rule)."""
         return (get_next_index(self._parent) + self._bs - 1) // self._bs
 
     def _set_next_index(self, index: int) -> None:
-        self._held = None
+        self._held = self._owed = None
         set_next_index(self._parent, index * self._bs)
 
     def __next__(self):
@@ -861,6 +918,8 @@ class _BatchIterator(_OneParentIterator):
         state from before the batch after several (noted when a second call becomes necessary),
         or, for parents that cannot move back, held here with that state for the next call. An
         ``Exception`` propagates and the elements read are consumed, as in Grain."""
+        if self._owed is not None:
+            self._give_back()
         parent, bs = self._parent, self._bs
         held = self._held
         items: list[Any] = [] if held is None else list(held[0])
@@ -891,34 +950,43 @@ class _BatchIterator(_OneParentIterator):
                     while len(items) < k:
                         items += parent.next_chunk(k - len(items))
             batch = stack_batch(items, self._batch_fn)
-        except BaseException as e:
-            if isinstance(e, Exception):
-                self._held = None
-            else:
-                self._give_back(items, before)
+        except Exception:
+            self._held = None
+            raise
+        except BaseException:
+            self._owed = (items, before)  # first, a plain store
+            self._give_back()
             raise
         self._held = None  # the commit
         return batch
 
-    def _give_back(self, items: list[Any], before: Any) -> None:
-        """After an interrupt: leaves the parent (or ``_held``) so the next call rebuilds this
-        batch from the same elements."""
+    def _give_back(self) -> None:
+        """After an interrupt: leaves the parent (or ``_held``) so the next call rebuilds the
+        interrupted batch from the same elements (``_owed``: its elements and the parent's state
+        before them). Each way ends with one store after its last call; ``set_state`` is
+        idempotent, so an interrupt inside it leaves ``_owed`` for the next call."""
+        items, before = self._owed  # type: ignore[misc]
         if not self._rewind:
-            self._held = (items, before) if items else None
+            self._held, self._owed = ((items, before) if items else None), None
         elif before is not None:
-            self._held = None
             self._parent.set_state(before)
-        elif items:
-            unread(self._parent, len(items))
+            self._held, self._owed = None, None
+        else:
+            n = len(items)
+            if n:
+                unread(self._parent, n)
+            self._owed = None
 
     def get_state(self):
+        if self._owed is not None:
+            self._give_back()
         held = self._held
         if held is None:
             return super().get_state()
         return _state.make_state(self.kind, parent=held[1], **self._extra_state())
 
     def _set_extra_state(self, state):
-        self._held = None
+        self._held = self._owed = None
 
     def _extra_state(self):
         return {"batch_size": self._bs}
@@ -964,9 +1032,10 @@ class _SnapshotIterator(_OneParentIterator):
             x = self._parent.__next__()  # not next(): no interrupt between its return and `try`
         try:
             pending = self._expand(x)
-        except BaseException as e:
-            if not isinstance(e, Exception):
-                self._held = (before, x)
+        except Exception:
+            raise
+        except BaseException:
+            self._held = (before, x)  # first, a plain store
             raise
         self._held = None  # the commit: plain assignments, no call
         self._before, self._pending, self._taken = before, pending, 0
