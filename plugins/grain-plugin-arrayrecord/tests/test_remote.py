@@ -268,3 +268,26 @@ def test_mp_prefetch_restores_across_worker_counts_on_remote_data(http, data_dir
         it.set_state(state)
         rest = list(it)
     assert sorted(first + rest) == sorted(expected)
+
+
+def test_restore_across_process_counts_on_remote_data(http, data_dir, tmp_path):
+    from grain_core import checkpoint as gc
+    from grain_core.checkpoint.files import restore_across_process_counts
+
+    names = [_name(o) for o in OPTIONS[:2]]
+    expected = [r for n in names for r in _reference(data_dir / n)]
+    src = ArrayRecordDataSource([f"{http.url}/{n}" for n in names])
+
+    def pipe(p, n):
+        return grain.MapDataset.source(src).seed(1).shuffle()[p::n].to_iter_dataset()
+
+    read = []
+    for p in range(2):  # two processes read 40 records each and save their states...
+        it = iter(pipe(p, 2))
+        read += [next(it) for _ in range(40)]
+        gc.write_state_file(tmp_path, it.get_state(), p, 2)
+    for p2 in range(3):  # ...and three processes finish the epoch
+        it = iter(pipe(p2, 3))
+        restore_across_process_counts(it, tmp_path, p2, 3)
+        read += list(it)
+    assert sorted(read) == sorted(expected)
