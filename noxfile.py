@@ -294,6 +294,16 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/run.py", *session.posargs, env={"JAX_PLATFORMS": "cpu"})
 
 
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The chaos soak (benchmarks/soak.py; not in the default run): 10**6 elements through
+    mp_prefetch and interleave under worker kills, Ctrl-C and restores into fresh processes with
+    other worker counts, checked exactly-once; then open/iterate/close cycles leaving nothing.
+    Bounded: ``nox -s soak -- --minutes 10`` (default 10, at most 120)."""
+    _install_everything(session)
+    session.run("python", "benchmarks/soak.py", *session.posargs, env={"JAX_PLATFORMS": "cpu"})
+
+
 @nox.session(name="train-e2e")
 def train_e2e(session: nox.Session) -> None:
     """The end-to-end training-loop benchmark (benchmarks/train_e2e.py), small and on CPU."""
