@@ -97,20 +97,26 @@ def test_infinite_epochs():
     it.close()
 
 
+@pytest.mark.parametrize("grain_exact", [False, True])
 @pytest.mark.parametrize("drop", [False, True])
-def test_sampler_shards_disjoint_and_covering(drop):
-    outs = [
-        list(loader(23, shard_options=grain.ShardOptions(i, 3, drop_remainder=drop), shuffle=True, seed=3))
-        for i in range(3)
-    ]
+def test_sampler_shards_disjoint_and_covering(drop, grain_exact):
+    with grain.config.override(grain_exact=grain_exact):
+        outs = [
+            list(loader(23, shard_options=grain.ShardOptions(i, 3, drop_remainder=drop), shuffle=True, seed=3))
+            for i in range(3)
+        ]
     sets = [set(o) for o in outs]
     assert all(len(o) == len(s) for o, s in zip(outs, sets))
     assert not (sets[0] & sets[1]) and not (sets[1] & sets[2]) and not (sets[0] & sets[2])
-    # As in Grain, each shard's DataLoader reads len(sampler) // shard_count = 7 positions, so
-    # without drop_remainder the 8-record shards leave their last record unread.
-    assert [len(o) for o in outs] == [7, 7, 7]
-    if not drop:
-        assert len(set(range(23)) - set().union(*sets)) == 2
+    if drop or grain_exact:
+        # As in Grain 0.2.18, each shard's DataLoader reads len(sampler) // shard_count = 7
+        # positions, so without drop_remainder the 8-record shards leave their last record unread.
+        assert [len(o) for o in outs] == [7, 7, 7]
+        if not drop:
+            assert len(set(range(23)) - set().union(*sets)) == 2
+    else:  # correct by default: every record of every shard once
+        assert [len(o) for o in outs] == [8, 8, 7]
+        assert set().union(*sets) == set(range(23))
 
 
 @pytest.mark.parametrize("drop", [False, True])
