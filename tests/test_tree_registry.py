@@ -204,3 +204,21 @@ def test_without_jax_trees_follow_grains_fallback():
         "none": ["object", [None, None]],
         "keys_error": [True, True],
     }
+
+
+def test_flax_struct_dataclasses_batch_into_one_dataclass_of_stacked_arrays():
+    """The issue's case: flax.struct.dataclass elements (a registered pytree with a static field)
+    batch leaf by leaf, as Grain does through jax.tree_util; the static field is kept."""
+    from flax import struct
+
+    @struct.dataclass
+    class Example:
+        x: np.ndarray
+        y: int
+        name: str = struct.field(pytree_node=False, default="ex")
+
+    for kind in ("map", "iter"):
+        out = _batch([Example(np.arange(2) + i, i) for i in range(3)], kind)
+        assert type(out) is Example and out.name == "ex"
+        np.testing.assert_array_equal(out.x, [[0, 1], [1, 2], [2, 3]])
+        np.testing.assert_array_equal(out.y, [0, 1, 2])
