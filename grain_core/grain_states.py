@@ -197,8 +197,9 @@ def check_grain_mode(ours: Mapping[str, Any], path: str = "state") -> None:
             continue
         if isinstance(stage, Mapping) and stage.get(_config.MODE_FIELD) == _config.CORRECT_MODE:
             raise _config.DataModeError(
-                f"{path}: this Grain state cannot be restored: its {stage.get('stage')} stage "
-                f"gives other data than Grain's. {_config.mode_switch_hint(_config.GRAIN_EXACT_MODE)}"
+                f"{path}: this Grain state cannot be restored: the pipeline gives other data "
+                f"than Grain's (at its {stage.get('stage')} stage). "
+                f"{_config.mode_switch_hint(_config.GRAIN_EXACT_MODE)}"
             )
 
 

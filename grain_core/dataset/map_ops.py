@@ -245,8 +245,10 @@ class SliceMapDataset(MapDataset):
         return self._len
 
     def fingerprint_fields(self):
-        bounds = {"start": self._start, "stop": self._stop, "step": self._step}
-        return {**bounds, **_config.mode_fields(self._grain_exact, self._leaks)}
+        # No data_mode here: the modes differ only past the slice's end, which a repeat above reads
+        # (RepeatMapDataset records it); a worker's slice read within its length restores Grain's
+        # states in either mode.
+        return {"start": self._start, "stop": self._stop, "step": self._step}
 
     def _getitem(self, index):
         if self._len == 0:
@@ -271,19 +273,30 @@ class SliceMapDataset(MapDataset):
         return f"SliceMapDataset[{self._start}:{self._stop}:{self._step}]"
 
 
-def _reorders_each_epoch(ds: MapDataset) -> bool:
-    """Whether a stage of ``ds``'s ``MapDataset`` graph declares ``reorders_each_epoch``."""
-    seen: set[int] = set()
+def _reads_fixed_slices(ds: MapDataset) -> bool:
+    """Whether ``ds``'s ``MapDataset`` graph holds a slice built in correct mode whose later
+    epochs read other elements than Grain's (the same elements every epoch)."""
+    return any(
+        isinstance(d, SliceMapDataset) and d._leaks and not d._grain_exact for d in _ancestors(ds)
+    )
+
+
+def _ancestors(ds: MapDataset) -> list[MapDataset]:
+    """``ds`` and every ``MapDataset`` upstream of it, each once."""
+    seen: dict[int, MapDataset] = {}
     todo: list[Any] = [ds]
     while todo:
         d = todo.pop()
         if id(d) in seen or not isinstance(d, MapDataset):
             continue
-        seen.add(id(d))
-        if getattr(d, "reorders_each_epoch", False):
-            return True
+        seen[id(d)] = d
         todo.extend(d.parents)
-    return False
+    return list(seen.values())
+
+
+def _reorders_each_epoch(ds: MapDataset) -> bool:
+    """Whether a stage of ``ds``'s ``MapDataset`` graph declares ``reorders_each_epoch``."""
+    return any(getattr(d, "reorders_each_epoch", False) for d in _ancestors(ds))
 
 
 class _OneToOneMapDataset(MapDataset):
@@ -494,7 +507,8 @@ class RepeatMapDataset(MapDataset):
 
     def fingerprint_fields(self):
         if self._reseed:
-            return {"num_epochs": self._epochs}
+            # Later epochs of a correct-mode slice of a shuffled parent differ from Grain's.
+            return {"num_epochs": self._epochs, **_config.mode_fields(False, _reads_fixed_slices(self))}
         return {"num_epochs": self._epochs, "reseed_each_epoch": False}
 
     def _getitem(self, index):
