@@ -43,7 +43,6 @@ from grain_core.sharding import ShardOptions
 
 __all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
 
-_TRANSFORMS = (tr.Map, tr.RandomMap, tr.MapWithIndex, tr.Filter, tr.FlatMap, tr.Batch)
 _MAP, _RANDOM, _INDEX, _FILTER = range(4)
 _STATE_KIND = "DataLoaderIterator"
 _STATE_VERSION = 1
@@ -209,15 +208,17 @@ class _OperationsMapDataset(MapDataset):
         self._shards = shard_options
         self._names = tuple(type(op).__name__ for op in ops)
         steps: list[tuple[int, Callable[..., Any]]] = []
-        for op in ops:
-            if isinstance(op, tr.Map):
-                steps.append((_MAP, op.map))
-            elif isinstance(op, tr.RandomMap):
-                steps.append((_RANDOM, op.random_map))
-            elif isinstance(op, tr.MapWithIndex):
-                steps.append((_INDEX, op.map_with_index))
+        for op in ops:  # the ops before the first FlatMap / Batch
+            kind = tr.kind_of(op)
+            if kind is tr.Map:
+                step = _MAP
+            elif kind is tr.RandomMap:
+                step = _RANDOM
+            elif kind is tr.MapWithIndex:
+                step = _INDEX
             else:
-                steps.append((_FILTER, op.filter))
+                kind, step = tr.Filter, _FILTER
+            steps.append((step, getattr(op, tr.method_name(kind))))
         self._steps = tuple(steps)
         self._maps_only = all(kind == _MAP for kind, _ in steps)
         self._rng = getattr(sampler, "rng", None)
@@ -277,7 +278,7 @@ def _check_operations(operations: Any) -> list[Any]:
             ) from None
     operations = list(operations)
     for i, op in enumerate(operations):
-        if not isinstance(op, _TRANSFORMS) and not callable(op):
+        if not tr.is_transform(op) and not callable(op):
             raise TypeError(
                 f"DataLoader operations[{i}] is a {type(op).__name__}; expected a "
                 "grain_core.transforms Map, RandomMap, MapWithIndex, Filter, FlatMap or Batch "
@@ -372,7 +373,7 @@ class DataLoader:
             if not isinstance(shard_options, ShardOptions):
                 shard_options = ShardOptions(0, 1)
         for i, op in enumerate(self._operations):
-            if isinstance(op, tr.RandomMap) and getattr(sampler, "rng_seed", 0) is None:
+            if tr.is_kind(op, tr.RandomMap) and getattr(sampler, "rng_seed", 0) is None:
                 raise ValueError(
                     f"DataLoader operations[{i}] is a RandomMap, but the sampler has no seed to "
                     "draw per-record random generators from. Pass seed= to the IndexSampler."
@@ -422,7 +423,7 @@ class DataLoader:
         if any(is_custom_operation(op) for op in ops):
             return self._build_records(source)
         split = next(
-            (i for i, op in enumerate(ops) if isinstance(op, (tr.FlatMap, tr.Batch))), len(ops)
+            (i for i, op in enumerate(ops) if tr.is_kind(op, tr.FlatMap, tr.Batch)), len(ops)
         )
         ds: MapDataset = _SamplerSourceMapDataset(self._sampler, source, self._shard_options)
         if split:
@@ -431,10 +432,10 @@ class DataLoader:
         if remaining is not None:
             ds = remaining.wrap(ds)
         rest = ops[split:]
-        filtered = any(isinstance(op, tr.Filter) for op in ops[:split])
+        filtered = any(tr.is_kind(op, tr.Filter) for op in ops[:split])
         workers = self._mp_options.num_workers > 0
         self._map_batch_size = None
-        if rest and isinstance(rest[0], tr.Batch) and not filtered and not workers:
+        if rest and tr.is_kind(rest[0], tr.Batch) and not filtered and not workers:
             b = rest[0]
             self._map_batch_size = b.batch_size
             ds = ds.batch(b.batch_size, drop_remainder=b.drop_remainder, batch_fn=b.batch_fn)

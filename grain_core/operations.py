@@ -215,14 +215,12 @@ def as_transform(op: Any) -> Any:
 
 # --- custom operations in a DataLoader -----------------------------------------------------------
 
-_TRANSFORMS = (tr.Map, tr.RandomMap, tr.MapWithIndex, tr.Filter, tr.FlatMap, tr.Batch)
-
 
 def is_custom_operation(op: Any) -> bool:
     """Whether ``op`` is a legacy operation that runs over records (a callable that is neither a
     transformation nor a ``BatchOperation``): a user's ``Operation`` or a built-in
     ``MapOperation`` / ``RandomMapOperation`` / ``FilterOperation``."""
-    return callable(op) and not isinstance(op, (*_TRANSFORMS, BatchOperation))
+    return callable(op) and not (tr.is_transform(op) or isinstance(op, BatchOperation))
 
 
 class LegacyOperationIterDataset(OneParentIterDataset):
@@ -349,17 +347,18 @@ class _RecordBatchFn:
 def _on_records(op: Any, shard_count: int) -> Any:
     if isinstance(op, BatchOperation):
         op = as_transform(op)
-    if isinstance(op, tr.Batch):
+    kind = tr.kind_of(op)
+    if kind is tr.Batch:
         return tr.Batch(op.batch_size, op.drop_remainder, _RecordBatchFn(op.batch_fn))
-    if isinstance(op, tr.Map):
+    if kind is tr.Map:
         return _RecordMap(op)
-    if isinstance(op, tr.RandomMap):
+    if kind is tr.RandomMap:
         return _RecordRandomMap(op)
-    if isinstance(op, tr.MapWithIndex):
+    if kind is tr.MapWithIndex:
         return _RecordMapWithIndex(op, shard_count)
-    if isinstance(op, tr.Filter):
+    if kind is tr.Filter:
         return _RecordFilter(op)
-    if isinstance(op, tr.FlatMap):
+    if kind is tr.FlatMap:
         return _RecordFlatMap(op)
     return None
 

@@ -137,9 +137,70 @@ Transformation = Map | RandomMap | MapWithIndex | Filter | FlatMap | Batch
 Transformations = Sequence[Transformation]
 
 
+# --- the transform-kind table: the one home of "which kind is this object, what do we call" -------
+# Kernel helpers (not in ``__all__``: ``grain.transforms`` keeps Grain's names). Every kernel module
+# that asks which kind a transform is, or which method to call on it, asks here
+# (tests/test_transform_kinds.py checks that no other module does its own isinstance test).
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformKind:
+    """One kind of transformation: its class and the method a pipeline calls on its objects.
+
+    ``method`` is ``None`` for ``Batch``, which is data (a size and a function), not a method.
+    """
+
+    cls: type
+    method: str | None
+
+
+# In dispatch order: an object that is an instance of several kinds is of the first one here.
+TRANSFORM_KINDS: tuple[TransformKind, ...] = (
+    TransformKind(Batch, None),
+    TransformKind(Map, "map"),
+    TransformKind(RandomMap, "random_map"),
+    TransformKind(MapWithIndex, "map_with_index"),
+    TransformKind(Filter, "filter"),
+    TransformKind(FlatMap, "flat_map"),
+)
+TRANSFORM_CLASSES: tuple[type, ...] = tuple(k.cls for k in TRANSFORM_KINDS)
+_METHOD_OF: dict[type, str] = {k.cls: k.method for k in TRANSFORM_KINDS if k.method is not None}
+
+
+def kind_of(obj: object) -> type | None:
+    """The kind class (``Batch``, ``Map``, ``RandomMap``, ``MapWithIndex``, ``Filter`` or
+    ``FlatMap``) of a transform object, first match in :data:`TRANSFORM_KINDS` order; ``None``
+    for anything else (a plain callable, a legacy operation, bad input)."""
+    for kind in TRANSFORM_KINDS:
+        if isinstance(obj, kind.cls):
+            return kind.cls
+    return None
+
+
+def is_transform(obj: object) -> bool:
+    """Whether ``obj`` is an object of one of the transform kinds (not a plain callable)."""
+    return isinstance(obj, TRANSFORM_CLASSES)
+
+
+def is_kind(obj: object, *kinds: type) -> bool:
+    """Whether ``obj`` is an instance of any of ``kinds`` (classes of :data:`TRANSFORM_KINDS`)."""
+    for kind in kinds:
+        if kind not in TRANSFORM_CLASSES:
+            raise ValueError(
+                f"{kind!r} is not a transform kind; expected one of {TRANSFORM_CLASSES}."
+            )
+    return isinstance(obj, kinds)
+
+
+def method_name(kind: type) -> str:
+    """The name of the method a pipeline calls on a transform of ``kind`` (``Batch`` has none:
+    ``KeyError``)."""
+    return _METHOD_OF[kind]
+
+
 def transform_name(transform: Any) -> str:
     """A readable name for a transform object or callable, for reprs and errors."""
-    if isinstance(transform, (Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch)):
+    if is_transform(transform):
         return type(transform).__name__
     name = getattr(transform, "__qualname__", None) or getattr(transform, "__name__", None)
     return name or type(transform).__name__

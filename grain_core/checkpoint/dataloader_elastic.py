@@ -185,7 +185,7 @@ def refusal(operations: Sequence[Any], custom: bool) -> str | None:
             "records), whose state does not say which records it consumed"
         )
     for i, op in enumerate(operations):
-        if isinstance(op, tr.FlatMap):
+        if tr.is_kind(op, tr.FlatMap):
             return (
                 f"operations[{i}] is a FlatMap: it splits one record into several elements, and a "
                 "worker may have stopped inside one record's elements, so what was consumed is not "

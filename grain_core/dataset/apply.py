@@ -19,18 +19,14 @@ def apply_transformations(ds: Any, transformations: Any) -> Any:
     """
     items = transformations if isinstance(transformations, (list, tuple)) else [transformations]
     for i, t in enumerate(items):
-        if isinstance(t, tr.Batch):
+        kind = tr.kind_of(t)
+        if kind is tr.Batch:
             ds = ds.batch(t.batch_size, drop_remainder=t.drop_remainder, batch_fn=t.batch_fn)
-        elif isinstance(t, tr.Map):
-            ds = ds.map(t)
-        elif isinstance(t, tr.RandomMap):
-            ds = ds.random_map(t)
-        elif isinstance(t, tr.MapWithIndex):
-            ds = ds.map_with_index(t)
-        elif isinstance(t, tr.Filter):
-            ds = ds.filter(t)
-        elif isinstance(t, tr.FlatMap):
-            ds = FlatMapMapDataset(ds, t) if isinstance(ds, MapDataset) else FlatMapIterDataset(ds, t)
+        elif kind is tr.FlatMap:
+            flat = FlatMapMapDataset if isinstance(ds, MapDataset) else FlatMapIterDataset
+            ds = flat(ds, t)
+        elif kind is not None:  # map, random_map, map_with_index, filter: the method of that name
+            ds = getattr(ds, tr.method_name(kind))(t)
         else:
             raise TypeError(
                 f"apply(): transformation {i} is a {type(t).__name__}; expected a grain_core.transforms "

@@ -7,14 +7,6 @@ from typing import Any
 
 from grain_core import transforms as tr
 
-_METHOD_OF: dict[type, str] = {
-    tr.Map: "map",
-    tr.RandomMap: "random_map",
-    tr.MapWithIndex: "map_with_index",
-    tr.Filter: "filter",
-    tr.FlatMap: "flat_map",
-}
-
 
 def as_callable(transform: Any, kind: type, where: str) -> Callable[..., Any]:
     """Returns the function to call for ``transform``: the ``kind`` method of a transform object,
@@ -22,16 +14,17 @@ def as_callable(transform: Any, kind: type, where: str) -> Callable[..., Any]:
 
     Raises ``TypeError`` for a transform object of another kind or a non-callable, naming ``where``.
     """
-    method = _METHOD_OF[kind]
-    if isinstance(transform, kind):
+    method = tr.method_name(kind)
+    if tr.is_kind(transform, kind):
         return getattr(transform, method)
-    if isinstance(transform, (*_METHOD_OF, tr.Batch)):
+    other = tr.kind_of(transform)
+    if other is not None:
         raise TypeError(
             f"{where} expects a {kind.__name__} transform or a callable, got a "
-            f"{type(transform).__name__} (a {_kind_of(transform)} transform). Use the matching "
+            f"{type(transform).__name__} (a {other.__name__} transform). Use the matching "
             "dataset method or pass the transform to apply()."
         )
-    if isinstance(kind, type) and kind is tr.RandomMap and hasattr(transform, "np_random_map"):
+    if kind is tr.RandomMap and hasattr(transform, "np_random_map"):
         return transform.np_random_map
     if not callable(transform):
         raise TypeError(
@@ -39,10 +32,3 @@ def as_callable(transform: Any, kind: type, where: str) -> Callable[..., Any]:
             f"{type(transform).__name__}."
         )
     return transform
-
-
-def _kind_of(transform: Any) -> str:
-    for cls in (*_METHOD_OF, tr.Batch):
-        if isinstance(transform, cls):
-            return cls.__name__
-    return type(transform).__name__
