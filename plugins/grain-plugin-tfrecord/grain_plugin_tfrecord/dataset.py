@@ -22,8 +22,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import grain_core.filesystems as filesystems
 from grain_core import DatasetIterator, IterDataset
 from grain_core import state as grain_state
+from grain_plugin_tfrecord import remote
 from grain_plugin_tfrecord.format import RecordReader, TFRecordCorruptionError
 
 __all__ = ["TFRecordCorruptionError", "TFRecordIterDataset"]
@@ -32,9 +34,23 @@ _KIND = "TFRecordIterDataset"
 
 
 class TFRecordIterDataset(IterDataset):
-    """The records of the TFRecord file ``path`` (see the module docstring)."""
+    """The records of the TFRecord file ``path`` (see the module docstring).
 
-    def __init__(self, path: str | os.PathLike, *, verify_crc: bool = True):
+    ``path`` may be a URL (``s3://``, ``gs://``, ``http(s)://``, ``memory://``...) read through
+    fsspec, or a path inside ``filesystem=`` (an fsspec or pyarrow filesystem); ``storage_options=``
+    configure a URL's default filesystem (one of the two). Remote files are read in 8 MiB range
+    reads, retried on transient errors (``grain_plugin_tfrecord.remote``); a missing remote file
+    (or a URL whose protocol fsspec does not know) is a ``FileNotFoundError`` here, as for local
+    files."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        verify_crc: bool = True,
+        filesystem: Any = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ):
         super().__init__()
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(
@@ -42,9 +58,18 @@ class TFRecordIterDataset(IterDataset):
                 f"{type(path).__name__}; for several files, interleave one dataset per file."
             )
         self._path = os.fspath(path)
+        filesystems.check_filesystem_args(filesystem, storage_options, "TFRecordIterDataset")
+        self._fs_args = (filesystem, None if storage_options is None else dict(storage_options))
+        local = filesystems.is_local(self._path, filesystem) and "://" not in self._path
         # A subclass with its own __iter__ reads self._path itself (Grain's contract; MaxText's
         # GCS reader opens gs:// paths), so only the reader here needs a local file.
-        if type(self).__iter__ is TFRecordIterDataset.__iter__ and not os.path.isfile(self._path):
+        own_reader = type(self).__iter__ is TFRecordIterDataset.__iter__
+        if own_reader and not local:  # a missing remote file (or unknown protocol) fails here too
+            try:
+                remote.open_file(self._path, *self._fs_args)
+            except ValueError as e:
+                raise FileNotFoundError(f"TFRecordIterDataset: cannot open {self._path}: {e}") from e
+        if local and own_reader and not os.path.isfile(self._path):
             raise FileNotFoundError(f"TFRecordIterDataset: no such file: {self._path}")
         self._verify = bool(verify_crc)
 
@@ -53,7 +78,7 @@ class TFRecordIterDataset(IterDataset):
         return self._path
 
     def __iter__(self) -> DatasetIterator:
-        return _TFRecordIterator(self._path, self._verify)
+        return _TFRecordIterator(self._path, self._verify, self._fs_args)
 
     def __repr__(self) -> str:
         return f"TFRecordIterDataset({self._path!r})"
@@ -70,9 +95,11 @@ class TFRecordIterDataset(IterDataset):
 
 
 class _TFRecordIterator(DatasetIterator):
-    def __init__(self, path: str, verify: bool):
+    def __init__(self, path: str, verify: bool, fs_args: tuple[Any, Any] = (None, None)):
         super().__init__()
         self._path = path
+        self._fs_args = fs_args
+        self._remote = not (filesystems.is_local(path, fs_args[0]) and "://" not in path)
         self._verify = verify
         self._reader: RecordReader | None = None
         self._offset = 0
@@ -80,6 +107,15 @@ class _TFRecordIterator(DatasetIterator):
         self._done = False
 
     def _open(self) -> RecordReader:
+        if self._reader is None and self._remote:
+            self._reader = remote.RemoteRecordReader(
+                self._path,
+                self._offset,
+                self._index or 0,
+                verify_crc=self._verify,
+                filesystem=self._fs_args[0],
+                storage_options=self._fs_args[1],
+            )
         if self._reader is None:
             self._reader = RecordReader(
                 self._path, self._offset, self._index or 0, verify_crc=self._verify
@@ -124,7 +160,11 @@ class _TFRecordIterator(DatasetIterator):
             raise grain_state.StateMismatchError(
                 f"reader_offset must be an int >= 0, got {offset!r}."
             )
-        size = os.path.getsize(self._path)
+        size = (
+            remote.open_file(self._path, *self._fs_args)[2]
+            if self._remote
+            else os.path.getsize(self._path)
+        )
         if offset > size:
             raise grain_state.StateMismatchError(
                 f"reader_offset {offset} is past the end of {self._path} ({size} bytes): the state "
