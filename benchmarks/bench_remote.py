@@ -19,7 +19,7 @@ Rows:
   * ``local``: the local reader alone (no download).
 
 ``python benchmarks/bench_remote.py`` prints the table (latencies 20 ms and 0); ``run.py`` calls
-``report``."""
+``remote_report`` (``nox -s bench -- -k remote`` runs only this file's rows)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def _stop(proc: subprocess.Popen) -> int:
     return int(words[-1]) if len(words) >= 2 and words[-2] == "requests" else -1
 
 
-def report() -> None:
+def remote_report() -> None:
     """Prints records/s, peak memory and requests for each row and latency."""
     d = scratch_dir("bench_remote_")
     _write(d)
@@ -171,7 +171,7 @@ def report() -> None:
 
 
 WORKLOADS: list = []
-REPORTS = [report]
+REPORTS = [remote_report]
 
 
 if __name__ == "__main__":
@@ -184,4 +184,4 @@ if __name__ == "__main__":
         names = sorted(p.name for p in Path(args.dir).glob("*.array_record"))
         print(json.dumps(_row(args.row, args.url, args.dir, names)))
     else:
-        report()
+        remote_report()
