@@ -45,6 +45,7 @@ from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.cache import CacheIterDataset
 from grain_core.dataset.elastic_iterator import ElasticIterator
 from grain_core.dataset.sequential import ContiguousShareMapDataset
+from grain_core.validation import check_instance
 
 __all__ = ["ShapeDtypeStruct", "ShapeDtypeStructProtocol", "get_element_spec"]
 
@@ -142,10 +143,13 @@ def _is_pass_through(ds: Any) -> bool:
 
 def get_element_spec(ds: MapDataset | IterDataset) -> Any:
     """The PyTree of :class:`ShapeDtypeStruct` of ``ds``'s elements (see the module docstring)."""
-    if not isinstance(ds, (MapDataset, IterDataset)):
-        raise TypeError(
-            f"get_element_spec expects a MapDataset or IterDataset, got {type(ds).__name__}."
-        )
+    check_instance(
+        ds,
+        (MapDataset, IterDataset),
+        "get_element_spec",
+        verb="expects",
+        expected="a MapDataset or IterDataset",
+    )
     if type(ds)._element_spec is not _INFERRED:
         return ds._element_spec  # a dataset answering for itself (Grain's hook)
     return _infer(ds)

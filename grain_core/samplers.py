@@ -27,7 +27,7 @@ from grain_core import global_config as _config
 from grain_core import seeds as _seeds
 from grain_core.records import RecordMetadata
 from grain_core.sharding import NoSharding, ShardOptions
-from grain_core.validation import check_int
+from grain_core.validation import check_instance, check_int
 
 __all__ = ["IndexSampler", "Sampler", "SequentialSampler"]
 
@@ -84,11 +84,12 @@ class IndexSampler:
             )
         if shard_options is None:
             shard_options = NoSharding()
-        if not isinstance(shard_options, ShardOptions):
-            raise TypeError(
-                "IndexSampler shard_options must be a ShardOptions (NoSharding(), "
-                f"ShardByJaxProcess(), ShardOptions(...)), got {type(shard_options).__name__}."
-            )
+        check_instance(
+            shard_options,
+            ShardOptions,
+            "IndexSampler shard_options",
+            expected="a ShardOptions (NoSharding(), ShardByJaxProcess(), ShardOptions(...))",
+        )
         if num_epochs is not None:
             num_epochs = check_int(num_epochs, "IndexSampler num_epochs", minimum=None)
             if num_epochs <= 0:  # Grain's wording

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from grain_core import global_config as _config
+from grain_core.validation import check_instance
 
 __all__ = [
     "STATE_FORMAT_VERSION",
@@ -90,10 +91,7 @@ def expect_state(
     Returns the state. Raises :class:`StateMismatchError` saying what differs, or ``TypeError`` for a
     non-dict.
     """
-    if not isinstance(state, Mapping):
-        raise TypeError(
-            f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
-        )
+    _check_state_dict(state)
     got = state.get("kind")
     if got != kind:
         raise StateMismatchError(
@@ -167,10 +165,8 @@ def check_same_pipeline(
     """
     if not isinstance(identifying, (frozenset, set)):
         identifying = frozenset(identifying)
-    if isinstance(expected, Mapping) and not isinstance(state, Mapping):
-        raise TypeError(
-            f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
-        )
+    if isinstance(expected, Mapping):
+        _check_state_dict(state)
     _walk_shape(expected, state, identifying, where)
 
 
@@ -396,10 +392,8 @@ def check_state_types(template: Any, state: Any, *, where: str = "state") -> Non
     Raises :class:`InvalidStateError` naming the path (e.g. ``state.parent.next_index``), or
     ``TypeError`` when ``state`` is not a dict while ``template`` is.
     """
-    if isinstance(template, Mapping) and not isinstance(state, Mapping):
-        raise TypeError(
-            f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
-        )
+    if isinstance(template, Mapping):
+        _check_state_dict(state)
     _walk_types(template, state, where)
 
 
@@ -499,4 +493,10 @@ def check_fingerprint(state: Any, kind: str, fingerprint: str, stages: list[str]
         f"{kind}: the state comes from a different pipeline: "
         + (why if why else f"fingerprint {state['fingerprint']!r} vs {fingerprint!r}")
         + " (the state's value vs this pipeline's). Restore it into the pipeline that saved it."
+    )
+
+
+def _check_state_dict(state: Any) -> None:
+    check_instance(
+        state, Mapping, "set_state", verb="expects", expected="the dict returned by get_state()"
     )

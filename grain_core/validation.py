@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["ArgumentTypeError", "check_indices", "check_int"]
+T = TypeVar("T")
+
+__all__ = ["ArgumentTypeError", "check_indices", "check_instance", "check_int"]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -32,6 +34,35 @@ def check_int(value: Any, what: str, *, minimum: int | None = 0) -> int:
         bound = {1: "positive", 0: "non-negative"}.get(minimum, f">= {minimum}")
         raise ValueError(f"{what} must be {bound}, got {v}.")
     return v
+
+
+def check_instance(
+    value: T,
+    kind: type | tuple[type, ...],
+    what: str,
+    *,
+    verb: str = "must be",
+    expected: str | None = None,
+    hint: str = "",
+) -> T:
+    """Returns ``value`` if it is an instance of ``kind`` (a class or a tuple of classes).
+
+    Else raises ``TypeError("<what> <verb> <expected>, got <type name>.<hint>")``: e.g.
+    ``check_instance(x, ReadOptions, "read_options")`` says "read_options must be a ReadOptions,
+    got dict."; ``check_instance(p, IterDataset, "mp_prefetch", verb="needs", expected="an
+    IterDataset parent")`` says "mp_prefetch needs an IterDataset parent, got list.".
+    ``expected`` defaults to the class name(s) with an article, joined by "or".
+    """
+    if isinstance(value, kind):
+        return value
+    if expected is None:
+        classes = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(_with_article(c.__name__) for c in classes)
+    raise TypeError(f"{what} {verb} {expected}, got {type(value).__name__}.{hint}")
+
+
+def _with_article(name: str) -> str:
+    return f"{'an' if name[:1].upper() in 'AEIOU' else 'a'} {name}"
 
 
 def check_indices(record_keys: Any, length: int, owner: str) -> np.ndarray:

@@ -29,7 +29,7 @@ from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
 from grain_core.dataset.map_ops import FilterMapDataset
 from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.sharding import ShardOptions
-from grain_core.validation import check_int
+from grain_core.validation import check_instance, check_int
 
 __all__ = ["ElasticIterator"]
 
@@ -38,19 +38,24 @@ _KEY = "global_next_index"
 
 
 def _check(ds: Any, global_batch_size: Any, shard_options: Any) -> int:
-    if not isinstance(ds, MapDataset):
-        raise TypeError(
-            f"ElasticIterator expects an unbatched, unsharded MapDataset, got {type(ds).__name__}. "
-            "Build the pipeline as a MapDataset (ElasticIterator shards and batches it itself)."
-        )
+    check_instance(
+        ds,
+        MapDataset,
+        "ElasticIterator",
+        verb="expects",
+        expected="an unbatched, unsharded MapDataset",
+        hint=" Build the pipeline as a MapDataset (ElasticIterator shards and batches it itself).",
+    )
     for d in dataset_tree(ds):
         if isinstance(d, FilterMapDataset):
             raise ValueError("ElasticIterator does not support `filter` transformation.")
-    if not isinstance(shard_options, ShardOptions):
-        raise TypeError(
-            "ElasticIterator shard_options must be a grain_core.sharding.ShardOptions (e.g. "
-            f"ShardOptions(shard_index=..., shard_count=...)), got {type(shard_options).__name__}."
-        )
+    check_instance(
+        shard_options,
+        ShardOptions,
+        "ElasticIterator shard_options",
+        expected="a grain_core.sharding.ShardOptions (e.g. "
+        "ShardOptions(shard_index=..., shard_count=...))",
+    )
     size = check_int(global_batch_size, "ElasticIterator global_batch_size", minimum=1)
     if size % shard_options.shard_count:
         raise ValueError(
@@ -102,10 +107,9 @@ class _ElasticDatasetIterator(DatasetIterator):
         )
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        if not isinstance(state, Mapping):
-            raise TypeError(
-                f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
-            )
+        check_instance(
+            state, Mapping, "set_state", verb="expects", expected="the dict returned by get_state()"
+        )
         if "kind" in state:  # grain_core's state; Grain's has only global_next_index
             _state.expect_state(state, _KIND, (_KEY,))
             if "length" in state and state["length"] != self._length:
@@ -173,17 +177,13 @@ class ElasticIterator(IterDataset):
         multiprocessing_options: MultiprocessingOptions | None = None,
     ):
         self._global_batch_size = _check(ds, global_batch_size, shard_options)
-        if not isinstance(read_options, ReadOptions):
-            raise TypeError(
-                f"read_options must be a ReadOptions, got {type(read_options).__name__}."
-            )
-        if multiprocessing_options is not None and not isinstance(
-            multiprocessing_options, MultiprocessingOptions
-        ):
-            raise TypeError(
-                "multiprocessing_options must be a MultiprocessingOptions or None, got "
-                f"{type(multiprocessing_options).__name__}."
-            )
+        check_instance(read_options, ReadOptions, "read_options")
+        check_instance(
+            multiprocessing_options,
+            (MultiprocessingOptions, type(None)),
+            "multiprocessing_options",
+            expected="a MultiprocessingOptions or None",
+        )
         super().__init__(ds)
         self._ds = ds
         self._shard_options = shard_options

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from grain_core.options import DatasetOptions
+from grain_core.validation import check_instance
 
 __all__ = [
     "DatasetAttrs",
@@ -90,10 +91,7 @@ class IteratorContext:
 
     @dataset_options.setter
     def dataset_options(self, options: DatasetOptions) -> None:
-        if not isinstance(options, DatasetOptions):
-            raise TypeError(
-                f"_ctx.dataset_options must be a DatasetOptions, got {type(options).__name__}."
-            )
+        check_instance(options, DatasetOptions, "_ctx.dataset_options")
         self._owner.apply_options(options)
 
     def merge(self, other: IteratorContext) -> None:

@@ -18,13 +18,11 @@ from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.sharing import current_worker
 from grain_core.options import DatasetOptions
-from grain_core.validation import check_int
+from grain_core.validation import check_instance, check_int
 
 
 def _check_iter_parent(parent: Any, where: str) -> IterDataset:
-    if not isinstance(parent, IterDataset):
-        raise TypeError(f"{where} expects an IterDataset, got {type(parent).__name__}.")
-    return parent
+    return check_instance(parent, IterDataset, where, verb="expects")
 
 
 class _OneParentIterDataset(IterDataset):
@@ -350,9 +348,7 @@ class WithOptionsIterDataset(_OneParentIterDataset):
 
     def __init__(self, parent: IterDataset, options: DatasetOptions):
         super().__init__(parent)
-        if not isinstance(options, DatasetOptions):
-            raise TypeError(f"options must be a DatasetOptions, got {type(options).__name__}.")
-        self.options = options
+        self.options = check_instance(options, DatasetOptions, "options")
 
     def __iter__(self):
         it = _PassThroughIterator(iter(self._parent))

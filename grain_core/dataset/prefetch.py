@@ -75,6 +75,7 @@ from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
 from grain_core.options import ReadOptions
+from grain_core.validation import check_instance
 
 _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
@@ -91,12 +92,10 @@ class PrefetchIterDataset(IterDataset):
     """A ``MapDataset`` read in index order, skipping ``None`` unless ``allow_nones``."""
 
     def __init__(self, parent: MapDataset, *, read_options: ReadOptions | None = None, allow_nones=False):
-        if not isinstance(parent, MapDataset):
-            raise TypeError(f"to_iter_dataset needs a MapDataset, got {type(parent).__name__}.")
+        check_instance(parent, MapDataset, "to_iter_dataset", verb="needs")
         if read_options is None:
             read_options = ReadOptions()
-        if not isinstance(read_options, ReadOptions):
-            raise TypeError(f"read_options must be a ReadOptions, got {type(read_options).__name__}.")
+        check_instance(read_options, ReadOptions, "read_options")
         super().__init__(parent)
         self._map_ds = parent
         self.read_options = read_options

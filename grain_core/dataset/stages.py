@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
 from grain_core.state import StateField
+from grain_core.validation import check_instance
 
 T = TypeVar("T")
 
@@ -48,8 +49,7 @@ __all__ = [
 
 
 def _check_parent(parent: Any, expected: type, stage: str) -> None:
-    if not isinstance(parent, expected):
-        raise TypeError(f"{stage} expects a {expected.__name__}, got {type(parent).__name__}.")
+    check_instance(parent, expected, stage, verb="expects", expected=f"a {expected.__name__}")
 
 
 class OneParentMapDataset(MapDataset[T]):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from grain_core.dataset.base import DatasetIterator, IterDataset
 from grain_core.dataset.next_index import get_next_index, set_next_index
@@ -40,6 +40,7 @@ from grain_core.dataset.sharing import worker_share
 from grain_core.options import MultiprocessingOptions
 from grain_core.runtime.api import RoundRobinConsumer, Runtime, WorkerError, WorkerJob
 from grain_core.runtime.processes import START_METHOD_ENV, ProcessRuntime
+from grain_core.validation import check_instance
 
 __all__ = [
     "DEFAULT_RUNTIME",
@@ -82,12 +83,14 @@ def resolve_runtime(runtime: Runtime | str | None) -> Runtime:
                     "adds one with the register_runtimes hook (see docs/writing-plugins.md)."
                 ) from None
         runtime = factory()
-    if not isinstance(runtime, Runtime):
-        raise TypeError(
-            "mp_prefetch(runtime=...) takes a runtime name or an object with a "
-            f"start_workers(job) method, got {type(runtime).__name__}."
-        )
-    return runtime
+    check_instance(
+        runtime,
+        Runtime,
+        "mp_prefetch(runtime=...)",
+        verb="takes",
+        expected="a runtime name or an object with a start_workers(job) method",
+    )
+    return cast(Runtime, runtime)
 
 
 class MultiprocessPrefetchIterDataset(IterDataset):
@@ -102,15 +105,12 @@ class MultiprocessPrefetchIterDataset(IterDataset):
         runtime: Runtime | str | None = None,
         sequential_slice: bool = False,
     ):
-        if not isinstance(parent, IterDataset):
-            raise TypeError(f"mp_prefetch needs an IterDataset parent, got {type(parent).__name__}.")
+        check_instance(
+            parent, IterDataset, "mp_prefetch", verb="needs", expected="an IterDataset parent"
+        )
         if multiprocessing_options is None:
             multiprocessing_options = default_multiprocessing_options()
-        if not isinstance(multiprocessing_options, MultiprocessingOptions):
-            raise TypeError(
-                "multiprocessing_options must be a MultiprocessingOptions, got "
-                f"{type(multiprocessing_options).__name__}."
-            )
+        check_instance(multiprocessing_options, MultiprocessingOptions, "multiprocessing_options")
         super().__init__(parent)
         self.multiprocessing_options = multiprocessing_options
         self.worker_init_fn = worker_init_fn

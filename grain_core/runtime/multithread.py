@@ -22,7 +22,7 @@ from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset
 from grain_core.dataset.sharing import worker_share
 from grain_core.runtime.thread_prefetch import ThreadPrefetchDatasetIterator
-from grain_core.validation import check_int
+from grain_core.validation import check_instance, check_int
 
 __all__ = ["MultithreadPrefetchIterDataset", "multithread_prefetch"]
 
@@ -38,8 +38,7 @@ def multithread_prefetch(
     sources instead of a strided share, as ``mp_prefetch(sequential_slice=True)`` workers do
     (:mod:`grain_core.dataset.sequential`).
     """
-    if not isinstance(ds, IterDataset):
-        raise TypeError(f"multithread_prefetch expects an IterDataset, got {type(ds).__name__}.")
+    check_instance(ds, IterDataset, "multithread_prefetch", verb="expects")
     num_threads = check_int(num_threads, "multithread_prefetch num_threads")
     buffer_size = check_int(buffer_size, "multithread_prefetch buffer_size")
     if num_threads == 0:

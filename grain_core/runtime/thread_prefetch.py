@@ -22,6 +22,7 @@ from typing import Any
 from grain_core import state as _state
 from grain_core.dataset.base import DatasetIterator, IterDataset
 from grain_core.dataset.next_index import get_next_index, set_next_index
+from grain_core.validation import check_instance
 
 __all__ = ["ThreadPrefetchIterDataset", "ThreadPrefetchDatasetIterator"]
 
@@ -32,10 +33,13 @@ class ThreadPrefetchIterDataset(IterDataset):
     """Reads ``parent`` ahead in a background thread, up to ``prefetch_buffer_size`` elements."""
 
     def __init__(self, parent: IterDataset, prefetch_buffer_size: int):
-        if not isinstance(parent, IterDataset):
-            raise TypeError(
-                f"ThreadPrefetchIterDataset needs an IterDataset parent, got {type(parent).__name__}."
-            )
+        check_instance(
+            parent,
+            IterDataset,
+            "ThreadPrefetchIterDataset",
+            verb="needs",
+            expected="an IterDataset parent",
+        )
         if isinstance(prefetch_buffer_size, bool) or int(prefetch_buffer_size) < 0:
             raise ValueError(
                 "`prefetch_buffer_size` must be greater than or equal to 0, got "
