@@ -23,6 +23,7 @@ MOVED = [
     "state.py",
     "element_spec.py",
     "samplers.py",
+    "dataset/base.py",
     "dataset/iter_ops.py",
     "dataset/stages.py",
     "dataset/prefetch.py",
@@ -121,9 +122,18 @@ def test_article_and_alternatives():
         check_instance(3, (grain.IterDataset, Mapping), "x")
 
 
+class _Stage(grain.MapDataset):
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, index):
+        return index
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
+        (lambda: _Stage([3]), "_Stage parents must be MapDataset or IterDataset, got int."),
         (
             lambda: grain.MapDataset.range(3).to_iter_dataset(read_options={}),
             "read_options must be a ReadOptions, got dict.",

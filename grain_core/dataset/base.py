@@ -31,6 +31,7 @@ from grain_core.dataset.concurrency import guard_class
 from grain_core.dataset.grain_attrs import DatasetAttrs, IteratorAttrs, route_getitems
 from grain_core.state import StateField
 from grain_core.suggest import did_you_mean
+from grain_core.validation import check_instance
 
 if TYPE_CHECKING:
     import numpy as np
@@ -131,11 +132,12 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
     def __init__(self, parents: Any = ()):
         self._parents = _as_parents(parents)
         for p in self._parents:
-            if not isinstance(p, (MapDataset, IterDataset)):
-                raise TypeError(
-                    f"{type(self).__name__} parents must be MapDataset or IterDataset, "
-                    f"got {type(p).__name__}."
-                )
+            check_instance(
+                p,
+                (MapDataset, IterDataset),
+                f"{type(self).__name__} parents",
+                expected="MapDataset or IterDataset",
+            )
         self._lineage = _SeedLineage.below(self._parents)
 
     @property
