@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from grain_core import global_config as _config
 from grain_core import grain_states as _grain_states
 from grain_core import state as _state
 from grain_core import transforms as tr
@@ -39,7 +40,7 @@ from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.records import Record
 from grain_core.runtime.api import next_or_rollback
 from grain_core.runtime.multiprocess import resolve_runtime
-from grain_core.sharding import ShardOptions
+from grain_core.sharding import ShardOptions, stream_positions
 
 __all__ = ["DataLoader", "DataLoaderIterator", "default_read_options"]
 
@@ -128,7 +129,16 @@ class _SamplerSourceMapDataset(MapDataset):
         self._sampler = sampler
         self._source = source
         self._shards = shard_options
-        self._len = _sampler_len(sampler) // shard_options.shard_count
+        # Every position of this shard (Grain's total // shard_count under grain_exact).
+        exact = getattr(sampler, "_grain_exact", None)
+        exact = _config.grain_exact() if exact is None else exact
+        self._len = stream_positions(
+            _sampler_len(sampler),
+            shard_options.shard_index,
+            shard_options.shard_count,
+            exact,
+            shard_options.drop_remainder,
+        )
         self._bulk = getattr(source, "__getitems__", None)
         self._keys = getattr(sampler, "record_keys", None)
 

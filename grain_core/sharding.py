@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
+import sys
 
 from grain_core.validation import check_int
 
-__all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "shard_bounds"]
+__all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "shard_bounds", "stream_positions"]
 
 _log = logging.getLogger(__name__)
 
@@ -124,3 +125,19 @@ def shard_bounds(
         return start, start + size
     start = shard_index * size + min(shard_index, extra)
     return start, start + size + (1 if shard_index < extra else 0)
+
+
+def stream_positions(
+    total: int, shard_index: int, shard_count: int, grain_exact: bool, drop_remainder: bool = False
+) -> int:
+    """How many of the positions ``shard_index, shard_index + shard_count, ...`` below ``total``
+    (a sampler's length) the ``DataLoader`` of shard ``shard_index`` reads.
+
+    All of them, unless ``grain_exact``: then ``total // shard_count``, as Grain 0.2.18 does, so a
+    shard whose positions do not divide evenly leaves its last one unread. ``drop_remainder``
+    (every shard reads as many) and an infinite ``total`` (``sys.maxsize``) give Grain's count in
+    both modes.
+    """
+    if grain_exact or drop_remainder or total >= sys.maxsize:
+        return total // shard_count
+    return max(0, -(-(total - shard_index) // shard_count))

@@ -120,18 +120,24 @@ def test_sampler_shards_disjoint_and_covering(drop, grain_exact):
 
 
 @pytest.mark.parametrize("drop", [False, True])
-def test_loader_shard_options(drop):
+@pytest.mark.parametrize("grain_exact", [False, True])
+def test_loader_shard_options(drop, grain_exact):
     outs = []
     for i in range(3):
-        dl = grain.DataLoader(
-            data_source=list(range(10)),
-            sampler=grain.IndexSampler(10, num_epochs=1),
-            shard_options=grain.ShardOptions(i, 3, drop_remainder=drop),
-        )
+        with grain.config.override(grain_exact=grain_exact):
+            dl = grain.DataLoader(
+                data_source=list(range(10)),
+                sampler=grain.IndexSampler(10, num_epochs=1),
+                shard_options=grain.ShardOptions(i, 3, drop_remainder=drop),
+            )
         outs.append(list(dl))
-    # Grain reads len(sampler) // shard_count positions per shard: record 9 is not read.
-    assert outs[0] == [0, 3, 6]
-    assert sorted(sum(outs, [])) == list(range(9))
+    if drop or grain_exact:
+        # Grain reads len(sampler) // shard_count positions per shard: record 9 is not read.
+        assert outs[0] == [0, 3, 6]
+        assert sorted(sum(outs, [])) == list(range(9))
+    else:  # correct by default: every position of the shard
+        assert outs[0] == [0, 3, 6, 9]
+        assert sorted(sum(outs, [])) == list(range(10))
 
 
 def test_batching_is_per_shard():
