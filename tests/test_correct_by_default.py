@@ -179,6 +179,32 @@ def test_uneven_shards_read_every_record_once_per_epoch(n, count, epochs, shuffl
     assert sorted(seen) == list(range(n))
 
 
+@pytest.mark.parametrize("n, count", [(10, 3), (7, 4), (23, 5), (3, 5)])
+def test_sequential_and_unsharded_samplers_read_every_record_once(n, count):
+    seq, strided = [], []
+    for k in range(count):
+        opts = grain.sharding.ShardOptions(k, count)
+        seq += list(grain.DataLoader(
+            data_source=list(range(n)), sampler=grain.samplers.SequentialSampler(n, opts), worker_count=0
+        ))
+        strided += list(grain.DataLoader(
+            data_source=list(range(n)), sampler=grain.samplers.IndexSampler(n, num_epochs=1),
+            shard_options=opts, worker_count=0,
+        ))
+    assert sorted(seq) == sorted(strided) == list(range(n))
+    with _exact(True):  # Grain: len // shard_count positions per shard
+        grains = [
+            x
+            for k in range(count)
+            for x in grain.DataLoader(
+                data_source=list(range(n)),
+                sampler=grain.samplers.SequentialSampler(n, grain.sharding.ShardOptions(k, count)),
+                worker_count=0,
+            )
+        ]
+    assert len(grains) == n // count * count
+
+
 def test_grain_exact_shards_leave_records_unread_as_grain_does():
     with _exact(True):
         got = [
