@@ -11,8 +11,8 @@ nothing is read ahead in the background: the caller reads synchronous chunks its
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
 ``_SYNC_GROW_SECONDS``, and on while a chunk twice as large costs each element at most
 ``_SYNC_GAIN`` of what it cost before (a source with a high cost per call, such as ArrayRecord's
-reader) and twice the chunk would take under ``_MAX_CHUNK_SECONDS``, up to ``_MAX_CHUNK`` elements
-and about ``CHUNK_BYTES`` bytes.
+reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_CHUNK`` elements and
+about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
 unreturned rest of the chunk being consumed, and each chunk holds at most about ``CHUNK_BYTES``.
@@ -208,22 +208,27 @@ class PrefetchDatasetIterator(DatasetIterator):
         return limit
 
     def _adapt_sync(self, seconds: float, elements: int) -> None:
-        """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``):
-        doubling while one takes under ``_SYNC_GROW_SECONDS``, or, up to the largest chunk time,
-        while the last doubling cut the cost per element to ``_SYNC_GAIN`` of the half size's or
-        less, or no chunk of half the size was read yet (bulk reads with a high cost per call grow to where that cost is spread); halving
-        above the largest chunk time. The largest chunk time is ``_MAX_CHUNK_SECONDS`` without
-        threads (the caller waits for every chunk anyway) and ``4 x _SYNC_GROW_SECONDS`` with
-        threads (a chunk read when asked for stays quick enough to be read inline)."""
+        """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).
+
+        Doubling while one takes under ``_SYNC_GROW_SECONDS``; past that, a size whose double was
+        never read is tried once, and chunks keep doubling while the last doubling cut the cost
+        per element to ``_SYNC_GAIN`` of the half size's or less (bulk reads with a high cost per
+        call, such as ArrayRecord's reader or a remote source's round trip, grow to where that
+        cost is spread). With threads, growing stops and halving starts at ``4 x
+        _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline).
+        Without threads the caller waits for every chunk anyway: a chunk that still gains grows
+        whatever it takes, and one that does not halves above ``_MAX_CHUNK_SECONDS``."""
         limit = self._chunk_limit(False)
         longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
         cost = seconds / max(elements, 1)
         self._sync_cost[elements] = cost
         half = self._sync_cost.get(elements // 2)
-        gained = half is None or cost <= _SYNC_GAIN * half  # (no half size read yet: try it)
-        if seconds < _SYNC_GROW_SECONDS or (gained and 2 * seconds <= longest):
+        gained = half is not None and cost <= _SYNC_GAIN * half
+        explore = 2 * elements not in self._sync_cost
+        quick = 2 * seconds <= longest
+        if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and (quick or self._sync)):
             self._sync_chunk = min(self._sync_chunk * 2, limit)
-        elif seconds > longest:
+        elif seconds > longest and not (gained and self._sync):
             self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
         else:
             self._sync_chunk = min(self._sync_chunk, limit)
