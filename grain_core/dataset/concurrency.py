@@ -49,13 +49,15 @@ def _thread_name(ident: int) -> str:
 
 
 def _refuse(self: Any, me: int, method: str) -> None:
-    """The slow path: another thread's ident is stored. Raises (that thread is inside)."""
+    """The slow path: a thread's ident was stored when this call began. Returns for a nested call
+    of that thread; raises otherwise (the calls overlapped, even if the other one has just left)."""
     owner = self._grain_owner
-    if owner is None or owner == me:  # it left meanwhile, or this thread is the owner
+    if owner == me:
         return
+    who = "another thread" if owner is None else f"thread {_thread_name(owner)}"
     raise ConcurrentIteratorUseError(
-        f"{type(self).__name__}.{method}() was called from thread {_thread_name(me)} while thread "
-        f"{_thread_name(owner)} is inside this iterator. An iterator may be used by one thread at "
+        f"{type(self).__name__}.{method}() was called from thread {_thread_name(me)} while "
+        f"{who} is inside this iterator. An iterator may be used by one thread at "
         "a time: give each thread its own iterator (iter(dataset) in each), or serialise the "
         "calls with a threading.Lock around next()/get_state()/set_state()."
     )
