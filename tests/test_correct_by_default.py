@@ -367,3 +367,16 @@ def test_a_pipeline_the_mode_does_not_change_restores_states_of_either_mode():
     other.set_state({"next_index": 3})  # a Grain state, in either mode
     it.set_state({"next_index": 3})
     assert [b.tolist() for b in it] == [b.tolist() for b in other]
+
+
+def test_window_shuffle_iter_dataset_of_a_2_16_plus_1_window():
+    def run():
+        ds = grain.experimental.WindowShuffleIterDataset(
+            grain.MapDataset.range(65537).to_iter_dataset(), window_size=65537, seed=4
+        )
+        return list(ds)
+
+    assert sorted(run()) == list(range(65537))
+    with _exact(True):
+        exact = run()
+    assert len(set(exact)) == 65536  # Grain's index shuffle repeats one position of the window
