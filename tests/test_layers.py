@@ -67,6 +67,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.memory_source",
             "grain_core.pack_and_batch",
             "grain_core.rng_pool",
+            "grain_core.author",
         ),
     ),
     ("runtime", ("grain_core.runtime", "grain_core.runtime.*")),

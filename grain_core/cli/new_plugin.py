@@ -93,8 +93,7 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core import tree
-from grain_core.dataset.stages import OneParentMapDataset
+from grain_core.author import OneParentMapDataset, map_structure
 
 
 def _add(x: Any, offset: float) -> Any:
@@ -115,7 +114,7 @@ class {camel}OffsetMapDataset(OneParentMapDataset):
 
     def element_at(self, index: int) -> Any:
         x = self.parent.element_at(index)
-        return None if x is None else tree.map_structure(lambda v: _add(v, self.offset), x)
+        return None if x is None else map_structure(lambda v: _add(v, self.offset), x)
 
     def fingerprint_fields(self) -> dict:
         return {{"offset": self.offset}}
@@ -126,7 +125,7 @@ class {camel}OffsetMapDataset(OneParentMapDataset):
 
 _PLUGIN = '''"""Hook implementations: what this plugin adds to grain_core."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from {pkg}.source import {camel}DataSource
 from {pkg}.transform import {camel}OffsetMapDataset
 
@@ -150,16 +149,16 @@ Installed (``pip install -e .``), the ``grain_core`` entry point finds it and th
 
 import importlib_metadata
 
-import grain_core.plugins
+from grain_core.author import ENTRY_POINT_GROUP, register
 
 _installed = any(
     ep.value.startswith("{pkg}.")
-    for ep in importlib_metadata.entry_points(group=grain_core.plugins.ENTRY_POINT_GROUP)
+    for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
 )
 if not _installed:
     import {pkg}.plugin
 
-    grain_core.plugins.register({pkg}.plugin, name="{name_id}")
+    register({pkg}.plugin, name="{name_id}")
 '''
 
 _TESTS = '''"""Tests of grain-plugin-{name}, using grain_core's conformance kit."""

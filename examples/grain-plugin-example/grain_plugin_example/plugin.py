@@ -1,6 +1,6 @@
 """The hooks: what grain-plugin-example adds to grain_core."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_example.jsonl import JsonlDataSource
 from grain_plugin_example.select import SelectFieldsMapDataset
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain_core as grain
-from grain_core.dataset.stages import OneParentMapDataset
+from grain_core.author import OneParentMapDataset
 
 
 class SelectFieldsMapDataset(OneParentMapDataset):

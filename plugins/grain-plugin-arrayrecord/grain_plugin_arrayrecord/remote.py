@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-import grain_core.filesystems as filesystems
+from grain_core.author import RetryPolicy, file_size, read_ranges
 from grain_plugin_arrayrecord import riegeli
 
 __all__ = ["CHUNK_CACHE_BYTES", "INDEX_CACHE_BYTES", "ChunkReadError", "RemoteReader"]
@@ -145,14 +145,14 @@ class RemoteReader:
         path: str,
         *,
         name: str | None = None,
-        retry: filesystems.RetryPolicy | None = None,
+        retry: RetryPolicy | None = None,
         concurrency: int | None = None,
         max_gap: int | None = None,
         max_request: int | None = None,
         max_inflight: int | None = None,
     ):
         self._fs, self._path, self.name = fs, path, name or path
-        self._retry = retry or filesystems.RetryPolicy()
+        self._retry = retry or RetryPolicy()
         self._concurrency = CONCURRENCY if concurrency is None else concurrency
         self._max_gap = MAX_GAP if max_gap is None else max_gap
         self._max_request = MAX_REQUEST if max_request is None else max_request
@@ -163,7 +163,7 @@ class RemoteReader:
     # --- index ----------------------------------------------------------------------------------
 
     def _ranges(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-        return filesystems.read_ranges(
+        return read_ranges(
             self._fs,
             self._path,
             starts,
@@ -186,7 +186,7 @@ class RemoteReader:
 
     def _load_index(self) -> riegeli.FileIndex:
         try:
-            size = filesystems.file_size(self._fs, self._path, self._retry)
+            size = file_size(self._fs, self._path, self._retry)
         except FileNotFoundError as e:
             raise FileNotFoundError(f"ArrayRecordDataSource: no such file: {self.name!r}.") from e
         if size < riegeli.BLOCK_SIZE or size % riegeli.BLOCK_SIZE:

@@ -22,8 +22,13 @@ from typing import Any, Protocol, SupportsIndex, runtime_checkable
 import numpy as np
 
 import grain_core as grain
-import grain_core.filesystems as filesystems
-from grain_core.validation import check_indices, check_int
+from grain_core.author import (
+    check_filesystem_args,
+    check_indices,
+    check_int,
+    is_local,
+    resolve_filesystem,
+)
 from grain_plugin_arrayrecord.remote import ChunkReadError, RemoteReader
 
 __all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike", "RecordReadError"]
@@ -111,7 +116,7 @@ def _expand_remote(path: str, filesystem: Any, storage_options: Any) -> list[str
     """A remote pattern's sorted matches (as URLs when ``path`` is one); other paths as given."""
     if not glob.has_magic(path):
         return [path]
-    fs, inner = filesystems.resolve_filesystem(
+    fs, inner = resolve_filesystem(
         path, filesystem, storage_options, "ArrayRecordDataSource"
     )
     matches = sorted(fs.glob(inner))
@@ -244,7 +249,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         filesystem: Any = None,
         storage_options: Mapping[str, Any] | None = None,
     ):
-        filesystems.check_filesystem_args(filesystem, storage_options, "ArrayRecordDataSource")
+        check_filesystem_args(filesystem, storage_options, "ArrayRecordDataSource")
         if isinstance(paths, (str, os.PathLike)) or _is_instruction(paths):
             paths = [paths]
         try:
@@ -273,7 +278,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                 skips.append(fi.skip)
             elif isinstance(item, (str, os.PathLike)):
                 p0 = os.fspath(item)
-                local = filesystems.is_local(p0, filesystem) and not p0.startswith("file://")
+                local = is_local(p0, filesystem) and not p0.startswith("file://")
                 expanded = (
                     _expand(p0) if local else _expand_remote(p0, filesystem, storage_options)
                 )
@@ -296,9 +301,9 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
 
     def _open(self, f: int) -> Any:
         path = self._files[f]
-        if filesystems.is_local(path, self._filesystem) and not path.startswith("file://"):
+        if is_local(path, self._filesystem) and not path.startswith("file://"):
             return _open_reader(path, self._reader_options)
-        fs, inner = filesystems.resolve_filesystem(
+        fs, inner = resolve_filesystem(
             path, self._filesystem, self._storage_options, "ArrayRecordDataSource"
         )
         return RemoteReader(fs, inner, name=path)

@@ -14,10 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import grain_core as grain
-from grain_core import state as _state
-from grain_core.dataset.sharing import claim_worker_share
-from grain_core.dataset.stages import SourceIterator
-from grain_core.state import StateField
+from grain_core import author
+from grain_core.author import SourceIterator, StateField, claim_worker_share
 
 __all__ = ["HuggingFaceIterDataset", "NotResumableError", "resplit_states"]
 
@@ -37,7 +35,7 @@ def _entry_ok(entry: Any) -> bool:
     )
 
 
-class NotResumableError(_state.StateMismatchError):
+class NotResumableError(author.StateMismatchError):
     """The dataset cannot continue exactly from a state (e.g. it has a shuffle buffer)."""
 
 
@@ -192,7 +190,7 @@ class HuggingFaceIterDataset(grain.IterDataset):
         )
         chain = _chain(dataset)
         self._not_resumable = _not_resumable(chain)
-        self._identity = _state.fingerprint(
+        self._identity = author.fingerprint(
             [type(n).__name__ for n in chain],
             [_describe(getattr(n, "kwargs", None)) for n in chain],
             [_source(n) for n in chain],
@@ -318,7 +316,7 @@ class HuggingFaceIterator(SourceIterator):
                 if self._count
                 else dict(self._base)  # nothing read since opening: where it started
             )
-        return _state.make_state(
+        return author.make_state(
             KIND,
             dataset=self._ds.identity,
             num_shards=self._ds.num_shards,
@@ -341,7 +339,7 @@ class HuggingFaceIterator(SourceIterator):
     def check_state(self, state: Any) -> None:
         if isinstance(state, Mapping) and state.get("kind") == KIND:
             if "dataset" in state and state["dataset"] != self._ds.identity:
-                raise _state.StateMismatchError(
+                raise author.StateMismatchError(
                     f"{KIND}: the state was saved for another dataset (fingerprint "
                     f"{state['dataset']!r}, this one is {self._ds.identity!r}: other data files, "
                     "features, shard count or map/filter pipeline). Restore it into the dataset "
@@ -350,7 +348,7 @@ class HuggingFaceIterator(SourceIterator):
             if (state.get("reader"), state.get("readers")) != (self._reader, self._readers) and all(
                 isinstance(state.get(k), int) for k in ("reader", "readers")
             ):
-                raise _state.StateMismatchError(
+                raise author.StateMismatchError(
                     f"{KIND}: the state was saved by reader {state['reader']} of {state['readers']} "
                     f"(JAX process + mp_prefetch worker), this iterator is reader {self._reader} of "
                     f"{self._readers}. Re-split saved states for another worker count with "
@@ -363,7 +361,7 @@ class HuggingFaceIterator(SourceIterator):
         if not isinstance(done, list) or not all(
             isinstance(s, int) and not isinstance(s, bool) and s in owned for s in done
         ):
-            raise _state.InvalidStateError(
+            raise author.InvalidStateError(
                 f"{KIND}: state field 'done' must list shards of this reader ({self._owned}), got "
                 f"{done!r}: the state was altered or corrupted."
             )
@@ -371,7 +369,7 @@ class HuggingFaceIterator(SourceIterator):
             isinstance(k, str) and k.isdigit() and int(k) in owned and _entry_ok(v)
             for k, v in partial.items()
         ):
-            raise _state.InvalidStateError(
+            raise author.InvalidStateError(
                 f"{KIND}: state field 'partial' must map shards of this reader ({self._owned}) to "
                 "{'state': a datasets state_dict or None, 'skip': an int >= 0}, got "
                 f"{partial!r}: the state was altered or corrupted."
@@ -412,7 +410,7 @@ def resplit_states(states: list[Mapping[str, Any]], reader: int, readers: int) -
         one needs is missing.
     """
     if not states or not all(isinstance(s, Mapping) and s.get("kind") == KIND for s in states):
-        raise _state.StateMismatchError(
+        raise author.StateMismatchError(
             f"resplit_states takes {KIND} iterator states (a list of get_state() dicts)."
         )
     first = states[0]
@@ -420,11 +418,11 @@ def resplit_states(states: list[Mapping[str, Any]], reader: int, readers: int) -
         s.get("dataset") != first.get("dataset") or s.get("num_shards") != first.get("num_shards")
         for s in states
     ):
-        raise _state.StateMismatchError("resplit_states: the states come from different datasets.")
+        raise author.StateMismatchError("resplit_states: the states come from different datasets.")
     saved_readers = int(first["readers"])
     given = [int(s["reader"]) for s in states]
     if any(int(s["readers"]) != saved_readers for s in states) or len(set(given)) != len(given):
-        raise _state.StateMismatchError(
+        raise author.StateMismatchError(
             "resplit_states: the states must come from one run (one reader count), one per reader; "
             f"got readers {sorted(given)} of {[s.get('readers') for s in states]}."
         )
@@ -434,14 +432,14 @@ def resplit_states(states: list[Mapping[str, Any]], reader: int, readers: int) -
     mine = set(range(reader, num_shards, readers))
     missing = sorted({s % saved_readers for s in mine} - set(given))
     if missing:
-        raise _state.StateMismatchError(
+        raise author.StateMismatchError(
             f"resplit_states: reader {reader} of {readers} takes shards owned by saved readers "
             f"{missing} of {saved_readers}, whose states were not given (pass the states of every "
             "process and worker of the saved run)."
         )
     done = {int(x) for s in states for x in s["done"]}
     partial = {int(k): v for s in states for k, v in s["partial"].items()}
-    return _state.make_state(
+    return author.make_state(
         KIND,
         dataset=first["dataset"],
         num_shards=num_shards,

@@ -1,6 +1,6 @@
 """Hook implementations registering the Hugging Face sources."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_hf.iterable import HuggingFaceIterDataset
 from grain_plugin_hf.source import HuggingFaceDataSource
 

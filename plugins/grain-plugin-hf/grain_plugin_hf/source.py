@@ -14,7 +14,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 import grain_core as grain
-from grain_core.validation import check_indices
+from grain_core.author import check_indices
 from grain_plugin_hf import _rows
 
 __all__ = ["HuggingFaceDataSource"]

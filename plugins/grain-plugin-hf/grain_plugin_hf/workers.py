@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from grain_core import state as _state
+from grain_core.author import StateMismatchError, expect_state, make_state
 from grain_plugin_hf.iterable import (
     KIND,
     HuggingFaceIterator,
@@ -32,17 +32,17 @@ def _reader_states(state: Mapping[str, Any], ds: HuggingFaceIterDataset) -> list
     p, n = ds.process
     if state.get("kind") == KIND:
         return [dict(state)]
-    _state.expect_state(state, MP_KIND, ("num_workers", "workers"))
+    expect_state(state, MP_KIND, ("num_workers", "workers"))
     k = int(state["num_workers"])
     workers = state["workers"]
     if not isinstance(workers, list) or len(workers) != k or k <= 0:
-        raise _state.StateMismatchError(f"resplit_worker_state: malformed {MP_KIND} state.")
+        raise StateMismatchError(f"resplit_worker_state: malformed {MP_KIND} state.")
     out = []
     for w, entry in enumerate(workers):
         saved = entry.get("state") if isinstance(entry, Mapping) else None
         if saved is not None and (not isinstance(saved, Mapping) or saved.get("kind") != KIND):
             kind = saved.get("kind") if isinstance(saved, Mapping) else type(saved).__name__
-            raise _state.StateMismatchError(
+            raise StateMismatchError(
                 f"resplit_worker_state: worker {w}'s state is a {kind!r} state: the pipeline "
                 "before mp_prefetch must be HuggingFaceIterDataset alone. Put other stages after "
                 "mp_prefetch (their states are kept as they are)."
@@ -90,7 +90,7 @@ def resplit_worker_state(
     p, n = dataset.process
     if num_workers == 0:
         return resplit_states(readers, p, n)
-    return _state.make_state(
+    return make_state(
         MP_KIND,
         num_workers=num_workers,
         next_worker=0,

@@ -42,10 +42,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain_core as grain
-from grain_core import state as _state
-from grain_core.dataset.sharing import claim_worker_share, no_worker_share
-from grain_core.state import StateField
-from grain_core.validation import check_int
+from grain_core.author import (
+    InvalidStateError,
+    StateField,
+    check_int,
+    check_state_int,
+    claim_worker_share,
+    make_state,
+    no_worker_share,
+)
 from grain_plugin_interleave.threads import _End, _Failed, _Item, _Openers, _Slot
 
 __all__ = ["InterleaveIterDataset"]
@@ -477,7 +482,7 @@ class _InterleaveIterator(grain.DatasetIterator):
 
     def get_state(self):
         self._settle()
-        return _state.make_state(
+        return make_state(
             self.kind,
             num_datasets=self._ds._n,
             cycle_length=self._ds._cycle,
@@ -504,7 +509,7 @@ class _InterleaveIterator(grain.DatasetIterator):
         ds = self._ds
         opened, next_ds = state["open"], state["next_dataset"]
         if not isinstance(opened, list) or len(opened) != ds._cycle:
-            raise _state.InvalidStateError(
+            raise InvalidStateError(
                 f"InterleaveIterDataset state has open={opened!r}, this pipeline has "
                 f"cycle_length={ds._cycle} slots: the state was altered."
             )
@@ -512,15 +517,15 @@ class _InterleaveIterator(grain.DatasetIterator):
             if entry is None:
                 continue
             if not isinstance(entry, dict) or "state" not in entry:
-                raise _state.InvalidStateError(
+                raise InvalidStateError(
                     f"InterleaveIterDataset state slot {slot} is {entry!r}, not None or "
                     "{'dataset': index, 'state': ...}: the state was altered."
                 )
-            index = _state.check_state_int(
+            index = check_state_int(
                 entry.get("dataset"), f"open[{slot}].dataset", where="InterleaveIterDataset"
             )
             if index >= next_ds:
-                raise _state.InvalidStateError(
+                raise InvalidStateError(
                     f"InterleaveIterDataset state has dataset {index} open, but only datasets "
                     f"below next_dataset={next_ds} can be: the state was altered."
                 )

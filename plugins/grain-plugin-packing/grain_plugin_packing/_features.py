@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core.validation import check_int
+from grain_core.author import check_int
 
 Path = tuple[Any, ...]
 

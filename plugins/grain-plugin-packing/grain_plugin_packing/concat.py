@@ -44,9 +44,14 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core import state as _state
-from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
-from grain_core.state import StateField
+from grain_core.author import (
+    OneParentIterator,
+    OneParentIterDataset,
+    StateField,
+    StateMismatchError,
+    fingerprint,
+    make_state,
+)
 from grain_plugin_packing._features import FeatureSpec, packed_spec, path_name
 from grain_plugin_packing._interrupts import RollbackOnInterrupt
 
@@ -196,7 +201,7 @@ class _ConcatThenSplitIterator(RollbackOnInterrupt, OneParentIterator):
         # State at the start of the fill that produced the queued rows, and rows yielded since.
         self._ckpt: tuple[Any, int, bool, int] | None = None
         self._since = 0
-        self._fingerprint = _state.fingerprint(
+        self._fingerprint = fingerprint(
             self.kind,
             [list(map(str, p)) for p in spec.paths],
             spec.lengths.tolist(),
@@ -351,7 +356,7 @@ class _ConcatThenSplitIterator(RollbackOnInterrupt, OneParentIterator):
             (parent, skip, carry, offset), replay = self._ckpt, self._since
         else:
             (parent, skip, carry, offset), replay = self._fresh(), 0
-        return _state.make_state(
+        return make_state(
             self.kind,
             parent=parent,
             skip=skip,
@@ -385,7 +390,7 @@ class _ConcatThenSplitIterator(RollbackOnInterrupt, OneParentIterator):
             if state["carry"]:
                 el = self._element(self._spec.arrays(next(self._parent)))
                 if offset > el.n:
-                    raise _state.StateMismatchError(
+                    raise StateMismatchError(
                         f"{self.kind} state says {offset} tokens of an element were emitted, but "
                         f"it has {el.n}: a different pipeline."
                     )
@@ -393,7 +398,7 @@ class _ConcatThenSplitIterator(RollbackOnInterrupt, OneParentIterator):
             for _ in range(replay):
                 next(self)
         except StopIteration:
-            raise _state.StateMismatchError(
+            raise StateMismatchError(
                 f"{self.kind} state points past the end of the parent: a different pipeline."
             ) from None
         self._ckpt = (state["parent"], skip, bool(state["carry"]), offset)

@@ -41,9 +41,15 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core import state as _state
-from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
-from grain_core.state import StateField
+from grain_core.author import (
+    InvalidStateError,
+    OneParentIterator,
+    OneParentIterDataset,
+    StateField,
+    StateMismatchError,
+    fingerprint,
+    make_state,
+)
 from grain_plugin_packing._features import FeatureSpec, _positive, packed_spec, path_name
 from grain_plugin_packing._interrupts import RollbackOnInterrupt
 
@@ -170,7 +176,7 @@ class _PackIterator(RollbackOnInterrupt, OneParentIterator):
         self._round: _Round | None = None
         self._carry: list[np.ndarray] | None = None
         self._exhausted = False
-        self._fingerprint = _state.fingerprint(
+        self._fingerprint = fingerprint(
             self.kind,
             [list(map(str, p)) for p in self._spec.paths],
             self._spec.lengths.tolist(),
@@ -366,7 +372,7 @@ class _PackIterator(RollbackOnInterrupt, OneParentIterator):
             emitted = 0 if rnd is None else rnd.emitted
             rows_before = self._rows_before
         parent, skip, carry = anchor
-        return _state.make_state(
+        return make_state(
             self.kind,
             parent=parent,
             skip=skip,
@@ -392,7 +398,7 @@ class _PackIterator(RollbackOnInterrupt, OneParentIterator):
         self._rollback = None
         emitted, counter = int(state["next_row"]), int(state["counter"])
         if counter < emitted:
-            raise _state.InvalidStateError(
+            raise InvalidStateError(
                 f"{self.kind} state says {counter} rows were yielded in all but {emitted} in the "
                 "current round: the state was altered or corrupted."
             )
@@ -412,7 +418,7 @@ class _PackIterator(RollbackOnInterrupt, OneParentIterator):
         if emitted:
             self._fill()
             if emitted > len(self._round.order):
-                raise _state.StateMismatchError(
+                raise StateMismatchError(
                     f"{self.kind} state says {emitted} bins of round {self._round_no} were yielded, "
                     f"but replaying it gives {len(self._round.order)}: a different pipeline."
                 )

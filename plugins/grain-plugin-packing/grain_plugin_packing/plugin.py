@@ -1,6 +1,6 @@
 """Hook implementations registering the packing transformations in ``grain_core.experimental``."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_packing.concat import BOSHandling, ConcatThenSplitIterDataset
 from grain_plugin_packing.packing import BestFitPackIterDataset, FirstFitPackIterDataset
 

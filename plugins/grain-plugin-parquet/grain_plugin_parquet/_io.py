@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-import grain_core.filesystems as filesystems
+from grain_core.author import check_filesystem_args, resolve_filesystem
 
 
 def check_path(path: Any, who: str) -> str:
@@ -47,10 +47,10 @@ def filesystem_and_paths(
     """The one ``filesystem=`` / ``storage_options=`` rule of every file source (see
     :mod:`grain_core.filesystems`): with ``storage_options``, the URLs' fsspec filesystem built with
     them becomes the explicit filesystem and the paths become paths inside it."""
-    filesystems.check_filesystem_args(filesystem, storage_options, who)
+    check_filesystem_args(filesystem, storage_options, who)
     if storage_options is None or not paths:
         return check_filesystem(filesystem, who), paths
-    fs, _ = filesystems.resolve_filesystem(paths[0], None, storage_options, who)
+    fs, _ = resolve_filesystem(paths[0], None, storage_options, who)
     return check_filesystem(fs, who), [fs._strip_protocol(p) for p in paths]
 
 
@@ -76,7 +76,7 @@ def resolve(path: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSys
             arrow_error = e
         # A URL PyArrow does not know (http(s)://, memory://, ...): fsspec's filesystem for it.
         try:
-            fs, inner = filesystems.resolve_filesystem(path, who="Parquet")
+            fs, inner = resolve_filesystem(path, who="Parquet")
         except (ValueError, ImportError) as e:
             raise ValueError(
                 f"Parquet: cannot resolve a filesystem for {path!r}: {arrow_error}; {e}"

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain_core as grain
-from grain_core import state as _state
-from grain_core.validation import check_int
+from grain_core.author import StateMismatchError, check_int, expect_state, make_state
 from grain_plugin_parquet import _io
 
 __all__ = ["ParquetIterDataset"]
@@ -151,15 +150,15 @@ class _ParquetIterator(grain.DatasetIterator):
             return dict(zip(self._names, values))
 
     def get_state(self) -> dict[str, Any]:
-        return _state.make_state(_KIND, path=self._ds._path, row_group=self._rg, row=self._row)
+        return make_state(_KIND, path=self._ds._path, row_group=self._rg, row=self._row)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        _state.expect_state(state, _KIND, ("row_group", "row"), path=self._ds._path)
+        expect_state(state, _KIND, ("row_group", "row"), path=self._ds._path)
         rg = check_int(state["row_group"], "ParquetIterDataset state row_group")
         row = check_int(state["row"], "ParquetIterDataset state row")
         size = self._sizes[rg] if rg < len(self._sizes) else 0
         if rg > len(self._sizes) or row > size:
-            raise _state.StateMismatchError(
+            raise StateMismatchError(
                 f"ParquetIterDataset state points at row group {rg}, row {row}, but "
                 f"{self._ds._path!r} has {len(self._sizes)} row groups"
                 + (f" and row group {rg} has {size} rows." if rg < len(self._sizes) else ".")

@@ -1,6 +1,6 @@
 """Hook implementations registering the Parquet dataset and source."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_parquet.dataset import ParquetIterDataset
 from grain_plugin_parquet.source import ParquetDataSource
 

@@ -21,7 +21,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 import grain_core as grain
-from grain_core.validation import check_indices, check_int
+from grain_core.author import check_indices, check_int
 from grain_plugin_parquet import _io
 
 __all__ = ["ParquetDataSource"]

@@ -1,6 +1,6 @@
 """Hook implementations registering the range source and factory."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_range.source import RangeDataSource, range_dataset
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 import grain_core as grain
-from grain_core.validation import check_indices
+from grain_core.author import check_indices
 
 
 class RangeDataSource(grain.sources.RandomAccessDataSource[int]):

@@ -23,8 +23,7 @@ import threading
 import time
 from typing import Any
 
-from grain_core.runtime.api import WorkerJob, WorkerLoop
-from grain_core.tree import nbytes
+from grain_core.author import WorkerJob, WorkerLoop, nbytes
 
 __all__ = ["ActorEndpoint", "Location", "WorkerActor"]
 

@@ -1,6 +1,6 @@
 """Hook implementation registering the Ray runtime as ``mp_prefetch(..., runtime="ray")``."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_ray.runtime import RayRuntime
 
 

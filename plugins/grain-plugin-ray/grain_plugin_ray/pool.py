@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from grain_core.runtime.api import Consumed, WorkerLostError
+from grain_core.author import Consumed, WorkerLostError
 from grain_plugin_ray.resume import ResumePoint
 
 

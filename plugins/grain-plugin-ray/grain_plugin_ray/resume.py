@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from grain_core.runtime.api import Consumed, Elements, End, Failure, Idle, Start, Template
+from grain_core.author import Consumed, Elements, End, Failure, Idle, Start, Template
 
 __all__ = ["ResumePoint"]
 

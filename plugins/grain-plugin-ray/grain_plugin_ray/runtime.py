@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from grain_core.runtime.api import WorkerJob
+from grain_core.author import WorkerJob
 from grain_plugin_ray.actor import WorkerActor
 from grain_plugin_ray.pool import RayWorkerPool
 

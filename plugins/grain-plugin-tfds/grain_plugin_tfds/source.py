@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, SupportsIndex
 
 import grain_core as grain
-from grain_core.validation import check_indices
+from grain_core.author import check_indices
 
 __all__ = ["TfdsDataSource"]
 

@@ -22,9 +22,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import grain_core.filesystems as filesystems
 from grain_core import DatasetIterator, IterDataset
-from grain_core import state as grain_state
+from grain_core.author import (
+    StateMismatchError,
+    check_filesystem_args,
+    expect_state,
+    is_local,
+    make_state,
+)
 from grain_plugin_tfrecord import remote
 from grain_plugin_tfrecord.format import RecordReader, TFRecordCorruptionError
 
@@ -58,9 +63,9 @@ class TFRecordIterDataset(IterDataset):
                 f"{type(path).__name__}; for several files, interleave one dataset per file."
             )
         self._path = os.fspath(path)
-        filesystems.check_filesystem_args(filesystem, storage_options, "TFRecordIterDataset")
+        check_filesystem_args(filesystem, storage_options, "TFRecordIterDataset")
         self._fs_args = (filesystem, None if storage_options is None else dict(storage_options))
-        local = filesystems.is_local(self._path, filesystem) and "://" not in self._path
+        local = is_local(self._path, filesystem) and "://" not in self._path
         # A subclass with its own __iter__ reads self._path itself (Grain's contract; MaxText's
         # GCS reader opens gs:// paths), so only the reader here needs a local file.
         own_reader = type(self).__iter__ is TFRecordIterDataset.__iter__
@@ -99,7 +104,7 @@ class _TFRecordIterator(DatasetIterator):
         super().__init__()
         self._path = path
         self._fs_args = fs_args
-        self._remote = not (filesystems.is_local(path, fs_args[0]) and "://" not in path)
+        self._remote = not (is_local(path, fs_args[0]) and "://" not in path)
         self._verify = verify
         self._reader: RecordReader | None = None
         self._offset = 0
@@ -137,7 +142,7 @@ class _TFRecordIterator(DatasetIterator):
         return record
 
     def get_state(self) -> dict[str, Any]:
-        return grain_state.make_state(
+        return make_state(
             _KIND, path=self._path, reader_offset=self._offset, record_index=self._index
         )
 
@@ -147,17 +152,17 @@ class _TFRecordIterator(DatasetIterator):
                 f"set_state expects the dict returned by get_state(), got {type(state).__name__}."
             )
         if "kind" in state:
-            grain_state.expect_state(state, _KIND, ("reader_offset",), path=self._path)
+            expect_state(state, _KIND, ("reader_offset",), path=self._path)
             index = state.get("record_index")
         elif "reader_offset" in state:  # Grain's state
             index = None
         else:
-            raise grain_state.StateMismatchError(
+            raise StateMismatchError(
                 f"A TFRecordIterDataset state needs 'reader_offset'; got keys {sorted(state)}."
             )
         offset = state["reader_offset"]
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise grain_state.StateMismatchError(
+            raise StateMismatchError(
                 f"reader_offset must be an int >= 0, got {offset!r}."
             )
         size = (
@@ -166,14 +171,14 @@ class _TFRecordIterator(DatasetIterator):
             else os.path.getsize(self._path)
         )
         if offset > size:
-            raise grain_state.StateMismatchError(
+            raise StateMismatchError(
                 f"reader_offset {offset} is past the end of {self._path} ({size} bytes): the state "
                 "belongs to another file."
             )
         if index is not None and (
             isinstance(index, bool) or not isinstance(index, int) or index < 0
         ):
-            raise grain_state.StateMismatchError(
+            raise StateMismatchError(
                 f"record_index must be an int >= 0, got {index!r}."
             )
         self.close()

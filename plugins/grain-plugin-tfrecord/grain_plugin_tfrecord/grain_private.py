@@ -32,7 +32,7 @@ import struct
 from typing import Any
 
 from grain_core import DatasetIterator
-from grain_core import state as grain_state
+from grain_core.author import StateMismatchError
 from grain_plugin_tfrecord.format import TFRecordCorruptionError, masked_crc32c
 
 __all__ = ["TFRecordDatasetIterator", "TFRecordReader"]
@@ -120,7 +120,7 @@ class TFRecordDatasetIterator(DatasetIterator):
     def set_state(self, state: dict[str, Any]) -> None:
         offset = state.get("reader_offset") if isinstance(state, dict) else None
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise grain_state.StateMismatchError(
+            raise StateMismatchError(
                 f"A TFRecord iterator state is {{'reader_offset': int >= 0}}, got {state!r}."
             )
         self._reader.seek(offset)

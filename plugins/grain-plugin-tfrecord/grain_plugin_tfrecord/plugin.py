@@ -1,6 +1,6 @@
 """Hook implementations registering ``TFRecordIterDataset``."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_tfrecord.dataset import TFRecordIterDataset
 
 

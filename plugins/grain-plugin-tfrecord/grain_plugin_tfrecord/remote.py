@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import grain_core.filesystems as filesystems
+from grain_core.author import RetryPolicy, file_size, read_ranges, resolve_filesystem
 from grain_plugin_tfrecord.format import RecordReader, TFRecordCorruptionError
 
 __all__ = ["BLOCK_SIZE", "RangeFile", "RemoteRecordReader", "open_file", "remote_size"]
@@ -31,7 +31,7 @@ class RangeFile:
         *,
         name: str | None = None,
         block_size: int = BLOCK_SIZE,
-        retry: filesystems.RetryPolicy | None = None,
+        retry: RetryPolicy | None = None,
     ):
         self._fs, self._path, self.size, self.name = fs, path, size, name or path
         self._block_size, self._retry = block_size, retry
@@ -64,7 +64,7 @@ class RangeFile:
 
     def _fill(self, start: int) -> None:
         stop = min(start + self._block_size, self.size)
-        (data,) = filesystems.read_ranges(self._fs, self._path, [start], [stop], retry=self._retry)
+        (data,) = read_ranges(self._fs, self._path, [start], [stop], retry=self._retry)
         if len(data) != stop - start:
             raise TFRecordCorruptionError(
                 f"{self.name}: asked bytes [{start}, {stop}) and got {len(data)}: the file is "
@@ -80,7 +80,7 @@ class RangeFile:
 def remote_size(fs: Any, path: str, name: str) -> int:
     """The size of ``path`` in ``fs`` (retried), with a clear error for a missing file."""
     try:
-        return filesystems.file_size(fs, path)
+        return file_size(fs, path)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"TFRecordIterDataset: no such file: {name}") from e
 
@@ -89,7 +89,7 @@ def open_file(
     path: str, filesystem: Any = None, storage_options: Any = None
 ) -> tuple[Any, str, int]:
     """``(fs, path inside it, size)`` of a remote TFRecord file."""
-    fs, inner = filesystems.resolve_filesystem(
+    fs, inner = resolve_filesystem(
         path, filesystem, storage_options, "TFRecordIterDataset"
     )
     return fs, inner, remote_size(fs, inner, path)

@@ -1,6 +1,6 @@
 """Hook implementations registering the window shuffles in ``grain_core.experimental``."""
 
-from grain_core.plugins import hookimpl
+from grain_core.author import hookimpl
 from grain_plugin_window_shuffle.window_shuffle import (
     WindowShuffleIterDataset,
     WindowShuffleMapDataset,

@@ -23,12 +23,19 @@ from typing import Any
 import numpy as np
 
 import grain_core as grain
-from grain_core import seeds as _seeds
-from grain_core import state as _state
-from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset, OneParentMapDataset
-from grain_core.global_config import mode_fields
-from grain_core.state import StateField
-from grain_core.validation import check_int
+from grain_core.author import (
+    IndexShuffle,
+    OneParentIterator,
+    OneParentIterDataset,
+    OneParentMapDataset,
+    StateField,
+    StateMismatchError,
+    check_int,
+    grain_block_is_short,
+    make_state,
+    mode_fields,
+    shuffle_tables,
+)
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
 
@@ -49,10 +56,10 @@ def _check_window_size(window_size: Any, where: str) -> int:
 
 def window_permutation(
     size: int, seed: int, window: int, grain_exact: bool | None = None
-) -> _seeds.IndexShuffle:
+) -> IndexShuffle:
     """Grain's permutation of window number ``window`` holding ``size`` elements:
     ``index_shuffle(i, size - 1, (seed + window) % 2**32, rounds=4, grain_exact=grain_exact)``."""
-    return _seeds.IndexShuffle(max(size - 1, 0), (seed + window) % 2**32, grain_exact=grain_exact)
+    return IndexShuffle(max(size - 1, 0), (seed + window) % 2**32, grain_exact=grain_exact)
 
 
 class WindowShuffleMapDataset(OneParentMapDataset):
@@ -91,12 +98,12 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         # The modes differ for a partial last window (unless clip_last_window is given), and for
         # a window of 2**k + 1 elements (k >= 16 even) where Grain's index shuffle repeats one.
         partial = self._n < sys.maxsize and self._n % self._window != 0
-        self._mode_matters = (partial and not self._clip_given) or _seeds.grain_block_is_short(
+        self._mode_matters = (partial and not self._clip_given) or grain_block_is_short(
             self._window - 1
         )
         # (epoch, window) -> its permutation, for random access over many windows (e.g. a global
         # shuffle downstream). Emptied when full; plain dict steps, so threads may share it.
-        self._perms: dict[tuple[int, int], _seeds.IndexShuffle] = {}
+        self._perms: dict[tuple[int, int], IndexShuffle] = {}
         self._max_perms = max(1, _MAX_CACHED_INDICES // self._window)
 
     def __getstate__(self):
@@ -121,7 +128,7 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         """The parent's element spec: a window shuffle reorders elements, never changes them."""
         return grain.experimental.get_element_spec(self._parent)
 
-    def _perm(self, epoch: int, window: int) -> _seeds.IndexShuffle:
+    def _perm(self, epoch: int, window: int) -> IndexShuffle:
         perms = self._perms
         perm = perms.get((epoch, window))
         if perm is not None:
@@ -259,7 +266,7 @@ class _WindowShuffleIterator(OneParentIterator):
             # Retried with one window if cut short (a KeyboardInterrupt): Ctrl-C pressed faster
             # than a batch completes must still let iteration progress.
             self._batch = 1
-            tables = _seeds.shuffle_tables(
+            tables = shuffle_tables(
                 length - 1,
                 [(self._seed + k + j) % 2**32 for j in range(count)],
                 grain_exact=self._grain_exact,
@@ -330,7 +337,7 @@ class _WindowShuffleIterator(OneParentIterator):
             reading = self._reading
             parent = self._parent.get_state() if reading is None else reading[1]
             index, emitted = self._index + (1 if self._buf else 0), 0
-        return _state.make_state(
+        return make_state(
             self.kind,
             parent=parent,
             window=index,
@@ -361,7 +368,7 @@ class _WindowShuffleIterator(OneParentIterator):
             except StopIteration:
                 pass
             if emitted > len(self._buf):
-                raise _state.StateMismatchError(
+                raise StateMismatchError(
                     f"WindowShuffleIterDataset state says {emitted} elements of window "
                     f"{self._index} were emitted, but the parent yields only {len(self._buf)}: the "
                     "state comes from a different pipeline."
