@@ -225,6 +225,9 @@ class _InterleaveIterator(grain.DatasetIterator):
         # A committed call not yet applied: (turn after it, [(reader, mark)], [(iterator, count to
         # give back)], [(slot, element, state before it) to hold], new _last or _KEEP); see _settle.
         self._journal: tuple[int, list, list, list, Any] | None = None
+        # An interrupted unbuffered next_chunk: (turn, slots, what each dataset returned), noted
+        # with a plain store before its give-back journal is computed (see _note_abandoned).
+        self._abandoned: tuple[int, list, list] | None = None
         self._last: tuple | _LastChunk | None = None
         # Stops reader threads and closes open iterators if this iterator is dropped unclosed.
         self._finalizer = weakref.finalize(self, self._res.close)
@@ -237,6 +240,8 @@ class _InterleaveIterator(grain.DatasetIterator):
         """Applies the journal of the latest call. Idempotent, so an interrupt here is harmless:
         marks and holds are plain assignments, and each give-back to a dataset's iterator is
         removed from the journal right after it returns (no call between the two)."""
+        if self._abandoned is not None:
+            self._note_abandoned()
         journal = self._journal
         if journal is None:
             return
@@ -376,9 +381,17 @@ class _InterleaveIterator(grain.DatasetIterator):
             out = self._round_robin(slots, turn, need, got, max_elements, buffered)
         except BaseException:
             if not buffered:  # what the datasets returned goes back to them (a journal entry)
-                self._journal = (turn, [], self._excess(slots, got, [0] * cycle), [], _KEEP)
+                self._abandoned = (turn, slots, got)  # first, a plain store (a second interrupt)
+                self._note_abandoned()
             raise
         return out if out else [self.__next__()]
+
+    def _note_abandoned(self) -> None:
+        """Turns an interrupted read's note into its give-back journal (applied by ``_settle``),
+        in one assignment after the last call, so a second interrupt leaves the note."""
+        turn, slots, got = self._abandoned  # type: ignore[misc]
+        journal = (turn, [], self._excess(slots, got, [0] * len(slots)), [], _KEEP)
+        self._journal, self._abandoned = journal, None
 
     def _round_robin(
         self, slots: list, turn: int, need: list[int], got: list[list[Any]], max_elements: int,
@@ -550,7 +563,7 @@ class _InterleaveIterator(grain.DatasetIterator):
         res = self._res
         old = [s for s in res.slots if s is not None]
         res.slots[:] = new
-        self._journal, self._last = None, None
+        self._journal, self._last, self._abandoned = None, None, None
         self._next_ds = next_ds
         self._turn = turn
         res.retired.extend(old)
