@@ -412,7 +412,7 @@ def strategies(optional: Iterable[str] = ()) -> Any:
             elif op in ("iter_batch", "rebatch"):
                 s, batched = {"op": op, "size": draw(st.integers(1, 4)), "drop": True}, True
             elif op == "limit":
-                s = {"op": op, "count": draw(st.integers(0, 60))}
+                s = {"op": op, "count": draw(st.integers(1, 60))}
             elif op == "iter_mix":
                 other = draw(iter_chain(depth + 1))[0]
                 if _batched(other):
