@@ -40,7 +40,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from grain_core import tree
-from grain_core.dataset import base, iter_ops, map_ops, mixing, prefetch, reshape_ops
+from grain_core.dataset import (
+    base,
+    batch_ops,
+    filter_ops,
+    iter_ops,
+    map_ops,
+    mixing,
+    prefetch,
+    reshape_ops,
+)
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.cache import CacheIterDataset
 from grain_core.dataset.elastic_iterator import ElasticIterator
@@ -77,8 +86,8 @@ _PASS_THROUGH: tuple[type, ...] = (
     map_ops.RepeatMapDataset,
     iter_ops.SeedIterDataset,
     iter_ops.WithOptionsIterDataset,
-    iter_ops.FilterIterDataset,
-    iter_ops.LimitIterDataset,
+    filter_ops.FilterIterDataset,
+    batch_ops.LimitIterDataset,
     reshape_ops.RepeatIterDataset,
     prefetch.PrefetchIterDataset,
     CacheIterDataset,
@@ -98,9 +107,9 @@ _MAPS: tuple[type, ...] = (
     iter_ops.RandomMapIterDataset,
     iter_ops.MapWithIndexIterDataset,
 )
-_BATCHES: tuple[type, ...] = (map_ops.BatchMapDataset, iter_ops.BatchIterDataset)
+_BATCHES: tuple[type, ...] = (map_ops.BatchMapDataset, batch_ops.BatchIterDataset)
 _ZIPS: tuple[type, ...] = (map_ops.ZipMapDataset, reshape_ops.ZipIterDataset)
-_FLAT_MAPS: tuple[type, ...] = (map_ops.FlatMapMapDataset, iter_ops.FlatMapIterDataset)
+_FLAT_MAPS: tuple[type, ...] = (map_ops.FlatMapMapDataset, batch_ops.FlatMapIterDataset)
 
 
 def _batched(spec: Any, size: int | None) -> Any:

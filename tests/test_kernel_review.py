@@ -12,7 +12,7 @@ import pytest
 import grain_core as grain
 from grain_core import plugins, testing
 from grain_core import transforms as tr
-from grain_core.dataset.iter_ops import FlatMapIterDataset
+from grain_core.dataset.batch_ops import FlatMapIterDataset
 from grain_core.dataset.reshape_ops import RebatchIterDataset, ZipIterDataset
 from grain_core.options import DatasetOptions
 from grain_core.state import StateMismatchError

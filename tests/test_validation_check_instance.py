@@ -25,6 +25,8 @@ MOVED = [
     "samplers.py",
     "dataset/base.py",
     "dataset/iter_ops.py",
+    "dataset/filter_ops.py",
+    "dataset/batch_ops.py",
     "dataset/stages.py",
     "dataset/prefetch.py",
     "dataset/elastic_iterator.py",

@@ -12,7 +12,7 @@ Importing this package installs the stage classes into ``base.installed``, which
 
 from __future__ import annotations
 
-from grain_core.dataset import apply, describe, iter_ops, map_ops, mixing
+from grain_core.dataset import apply, batch_ops, describe, filter_ops, iter_ops, map_ops, mixing
 from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, installed
 from grain_core.dataset.filter_ratio import FilterRatioError
 from grain_core.dataset.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
@@ -58,10 +58,10 @@ installed.install(
                     "MapIterDataset",
                     "RandomMapIterDataset",
                     "MapWithIndexIterDataset",
-                    "FilterIterDataset",
-                    "BatchIterDataset",
                 ),
             ),
+            (filter_ops, ("FilterIterDataset",)),
+            (batch_ops, ("BatchIterDataset",)),
             (
                 mixing,
                 ("ConcatenateMapDataset", "MixedMapDataset", "SelectionMapDataset", "MixedIterDataset"),

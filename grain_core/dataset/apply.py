@@ -6,7 +6,7 @@ from typing import Any
 
 from grain_core import transforms as tr
 from grain_core.dataset.base import MapDataset
-from grain_core.dataset.iter_ops import FlatMapIterDataset
+from grain_core.dataset.batch_ops import FlatMapIterDataset
 from grain_core.dataset.map_ops import FlatMapMapDataset
 
 

@@ -24,13 +24,12 @@ from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.batch_ops import _check_batch_size_field, _SnapshotIterator
 from grain_core.dataset.chunking import can_unread, unread
 from grain_core.dataset.iter_ops import (
-    _check_batch_size_field,
     _check_iter_parent,
     _OneParentIterator,
     _OneParentIterDataset,
-    _SnapshotIterator,
 )
 from grain_core.validation import check_int
 
