@@ -18,7 +18,8 @@ States
   :mod:`grain_core.state`.
 Seeds
   ``derive_seed``, ``default_seed``, ``validate_seed``, ``IndexShuffle``, ``index_shuffle``,
-  ``shuffle_tables``, ``grain_block_is_short``, ``element_rng`` ... (:mod:`grain_core.seeds`).
+  ``shuffle_tables``, ``grain_block_is_short``, ``element_rng`` ... (:mod:`grain_core.seeds`,
+  :mod:`grain_core.shuffle_cipher`).
 Validation
   ``check_int``, ``check_indices``, ``ArgumentTypeError``; ``mode_fields`` (Grain-exact options).
 Worker shares (stages that split their input among ``mp_prefetch`` workers)
@@ -84,15 +85,17 @@ _MODULES: dict[str, tuple[str, ...]] = {
     "grain_core.seeds": (
         "MAX_SEED",
         "ElementRngs",
-        "IndexPermutation",
-        "IndexShuffle",
         "default_seed",
         "derive_seed",
         "element_rng",
+        "validate_seed",
+    ),
+    "grain_core.shuffle_cipher": (
+        "IndexPermutation",
+        "IndexShuffle",
         "grain_block_is_short",
         "index_shuffle",
         "shuffle_tables",
-        "validate_seed",
     ),
     "grain_core.validation": ("ArgumentTypeError", "check_indices", "check_int"),
     "grain_core.global_config": ("mode_fields",),
@@ -254,15 +257,17 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from grain_core.seeds import (
         MAX_SEED,
         ElementRngs,
-        IndexPermutation,
-        IndexShuffle,
         default_seed,
         derive_seed,
         element_rng,
+        validate_seed,
+    )
+    from grain_core.shuffle_cipher import (
+        IndexPermutation,
+        IndexShuffle,
         grain_block_is_short,
         index_shuffle,
         shuffle_tables,
-        validate_seed,
     )
     from grain_core.state import (
         IDENTIFYING_FIELDS,

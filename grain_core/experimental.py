@@ -11,7 +11,7 @@ from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.reshape_ops import RebatchIterDataset, RepeatIterDataset, ZipIterDataset
 from grain_core.lazy import lazy_module_attrs
 from grain_core.options import DatasetOptions
-from grain_core.seeds import index_shuffle
+from grain_core.shuffle_cipher import index_shuffle
 from grain_core.transforms import FlatMapTransform, MapWithIndexTransform
 
 __all__ = [

@@ -4,7 +4,7 @@ A sampler's positions are *global*: with ``shard_count`` shards, the ``DataLoade
 reads positions ``k, k + shard_count, k + 2 * shard_count, ...``. ``IndexSampler`` position ``p``
 reads, from its shard's records ``[start, end)`` (``ShardOptions.bounds``), record
 ``start + perm_e(j)`` where ``q = p // shard_count``, ``e, j = divmod(q, end - start)`` and
-``perm_e`` is epoch ``e`` of Grain's shuffle (``seeds.IndexPermutation(end - start, seed, e)``) or
+``perm_e`` is epoch ``e`` of Grain's shuffle (``shuffle_cipher.IndexPermutation(end - start, seed, e)``) or
 the identity. ``sampler[p].rng`` is ``np.random.Generator(np.random.Philox(key=seed + p))``.
 These are Grain 0.2.18's rules (recorded: ``tests/compat_semantics/data/data_loader.json``),
 with one exception unless ``grain_core.config.grain_exact`` is on when the sampler is built: with
@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from grain_core import global_config as _config
-from grain_core import seeds as _seeds
+from grain_core import shuffle_cipher as _cipher
 from grain_core.records import RecordMetadata
 from grain_core.sharding import NoSharding, ShardOptions
 from grain_core.validation import check_instance, check_int
@@ -114,7 +114,7 @@ class IndexSampler:
             self._len = num_epochs * num_records
             if shard_options.shard_count > 1 and (shard_options.drop_remainder or not self._grain_exact):
                 self._len = self._size * shard_options.shard_count * num_epochs
-        self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
+        self._perm_cache: tuple[int, _cipher.IndexPermutation] | None = None
 
     # --- properties -------------------------------------------------------------------------------
 
@@ -154,12 +154,12 @@ class IndexSampler:
 
     # --- lookup -----------------------------------------------------------------------------------
 
-    def _perm(self, epoch: int) -> _seeds.IndexPermutation:
+    def _perm(self, epoch: int) -> _cipher.IndexPermutation:
         cached = self._perm_cache
         if cached is not None and cached[0] == epoch:
             return cached[1]
         assert self._seed is not None  # a shuffling sampler has a seed
-        perm = _seeds.IndexPermutation(self._size, self._seed, epoch, grain_exact=self._grain_exact)
+        perm = _cipher.IndexPermutation(self._size, self._seed, epoch, grain_exact=self._grain_exact)
         self._perm_cache = (epoch, perm)
         return perm
 
@@ -206,7 +206,7 @@ class IndexSampler:
                 out = np.empty_like(local)
                 for e in np.unique(epochs).tolist():
                     sel = epochs == e
-                    perm = _seeds.IndexPermutation(self._size, self._seed, e, grain_exact=self._grain_exact)  # type: ignore[arg-type]
+                    perm = _cipher.IndexPermutation(self._size, self._seed, e, grain_exact=self._grain_exact)  # type: ignore[arg-type]
                     out[sel] = perm(local[sel])
                 local = out
         return local + self._start

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grain_core as grain
-from grain_core import seeds
+from grain_core import shuffle_cipher
 from grain_core.global_config import Config, DataModeError
 
 HERE = pathlib.Path(__file__).resolve().parent / "correct_by_default"
@@ -115,10 +115,10 @@ _POW2_SIZES = sorted({max(1, 2**k + d) for k in range(0, 19) for d in (-1, 0, 1)
 @pytest.mark.parametrize("n", _POW2_SIZES)
 def test_shuffle_of_sizes_around_powers_of_two_is_a_permutation(n):
     for seed in (0, 12345):
-        out = seeds.IndexPermutation(n, seed, grain_exact=False)(np.arange(n))
+        out = shuffle_cipher.IndexPermutation(n, seed, grain_exact=False)(np.arange(n))
         assert np.array_equal(np.sort(out), np.arange(n))
-        exact = seeds.IndexPermutation(n, seed, grain_exact=True)(np.arange(n))
-        if seeds.grain_block_is_short(n - 1):  # Grain: the top index lands where index 0 does
+        exact = shuffle_cipher.IndexPermutation(n, seed, grain_exact=True)(np.arange(n))
+        if shuffle_cipher.grain_block_is_short(n - 1):  # Grain: the top index lands where index 0 does
             assert exact[-1] == exact[0] and np.unique(exact).size == n - 1
             assert (out != exact).any()
         else:
@@ -126,16 +126,16 @@ def test_shuffle_of_sizes_around_powers_of_two_is_a_permutation(n):
 
 
 def test_index_shuffle_follows_the_mode():
-    assert seeds.index_shuffle(65536, 65536, 0) != seeds.index_shuffle(0, 65536, 0)
-    assert seeds.index_shuffle(65536, 65536, 0, grain_exact=True) == seeds.index_shuffle(0, 65536, 0, grain_exact=True)
+    assert shuffle_cipher.index_shuffle(65536, 65536, 0) != shuffle_cipher.index_shuffle(0, 65536, 0)
+    assert shuffle_cipher.index_shuffle(65536, 65536, 0, grain_exact=True) == shuffle_cipher.index_shuffle(0, 65536, 0, grain_exact=True)
     with _exact(True):
         assert grain.experimental.index_shuffle(65536, 65536, 0) == grain.experimental.index_shuffle(0, 65536, 0)
     top = 2**40
-    assert {seeds.index_shuffle(i, top, 3) for i in (0, top)} == {
-        seeds.index_shuffle(i, top, 3) for i in (0, top)
+    assert {shuffle_cipher.index_shuffle(i, top, 3) for i in (0, top)} == {
+        shuffle_cipher.index_shuffle(i, top, 3) for i in (0, top)
     }
-    assert seeds.index_shuffle(top, top, 3) != seeds.index_shuffle(0, top, 3)
-    assert seeds.IndexShuffle(top, 3).inverse(seeds.index_shuffle(top, top, 3)) == top
+    assert shuffle_cipher.index_shuffle(top, top, 3) != shuffle_cipher.index_shuffle(0, top, 3)
+    assert shuffle_cipher.IndexShuffle(top, 3).inverse(shuffle_cipher.index_shuffle(top, top, 3)) == top
 
 
 @SETTINGS

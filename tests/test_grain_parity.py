@@ -46,7 +46,7 @@ def test_index_shuffle_arrays_equal_one_index_at_a_time(max_index, size):
     # Arrays walk as arrays, then their last few indices (and small arrays) one by one; every
     # path must give the per-index map, which tests/integration/compat_semantics checks
     # against google grain's recorded output.
-    from grain_core.seeds import IndexShuffle
+    from grain_core.shuffle_cipher import IndexShuffle
 
     shuffle = IndexShuffle(max_index, seed=11)
     idx = np.random.default_rng(size).integers(0, max_index + 1, size=size)

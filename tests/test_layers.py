@@ -78,6 +78,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.state",
             "grain_core.grain_states",
             "grain_core.seeds",
+            "grain_core.shuffle_cipher",
             "grain_core.options",
             "grain_core.sharding",
             "grain_core.transforms",

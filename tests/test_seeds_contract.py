@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import grain_core as grain
-from grain_core import seeds
+from grain_core import seeds, shuffle_cipher
 
 
 def test_permutation_is_bijection_and_vectorised():
     for n in [1, 2, 3, 10, 97, 1000, 4097]:
-        perm = seeds.IndexPermutation(n, seed=5, epoch=2)
+        perm = shuffle_cipher.IndexPermutation(n, seed=5, epoch=2)
         out = perm(np.arange(n))
         assert sorted(out.tolist()) == list(range(n))
         assert [perm(i) for i in range(n)] == out.tolist()
@@ -21,9 +21,9 @@ def test_permutation_is_bijection_and_vectorised():
 
 def test_permutation_depends_on_seed_and_epoch():
     n = 1000
-    a = seeds.IndexPermutation(n, 1, 0)(np.arange(n))
-    assert not np.array_equal(a, seeds.IndexPermutation(n, 2, 0)(np.arange(n)))
-    assert not np.array_equal(a, seeds.IndexPermutation(n, 1, 1)(np.arange(n)))
+    a = shuffle_cipher.IndexPermutation(n, 1, 0)(np.arange(n))
+    assert not np.array_equal(a, shuffle_cipher.IndexPermutation(n, 2, 0)(np.arange(n)))
+    assert not np.array_equal(a, shuffle_cipher.IndexPermutation(n, 1, 1)(np.arange(n)))
 
 
 def test_global_shuffle_of_2_pow_40():
@@ -73,10 +73,10 @@ def test_random_map_same_result_in_threads_and_bulk():
 @pytest.mark.parametrize("n", [0, 2**63 + 1])
 def test_permutation_size_bounds(n):
     if n == 0:
-        assert seeds.IndexPermutation(0, 1).n == 0
+        assert shuffle_cipher.IndexPermutation(0, 1).n == 0
     else:
         with pytest.raises(ValueError):
-            seeds.IndexPermutation(n, 1)
+            shuffle_cipher.IndexPermutation(n, 1)
 
 
 def test_element_rngs_match_element_rng():

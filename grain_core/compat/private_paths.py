@@ -122,7 +122,7 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "assert_equal_output_after_checkpoint": "grain_core.testing:assert_equal_output_after_checkpoint",
     },
     "grain._src.python.experimental.index_shuffle.python.index_shuffle_module": {
-        "index_shuffle": "grain_core.seeds:index_shuffle",
+        "index_shuffle": "grain_core.shuffle_cipher:index_shuffle",
     },
     "grain._src.python.dataset.base": {
         "RandomAccessDataSource": "grain_core.sources:RandomAccessDataSource",

@@ -12,6 +12,7 @@ import numpy as np
 
 from grain_core import global_config as _config
 from grain_core import seeds as _seeds
+from grain_core import shuffle_cipher as _cipher
 from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import MapDataset, _SeedLineage
@@ -151,7 +152,7 @@ class SeedMapDataset(MapDataset):
 
 
 class ShuffleMapDataset(MapDataset):
-    """Grain's global shuffle: epoch ``e`` is ``grain_core.seeds.IndexPermutation(n, seed, e)``,
+    """Grain's global shuffle: epoch ``e`` is ``grain_core.shuffle_cipher.IndexPermutation(n, seed, e)``,
     a permutation (Grain's order for every ``n`` but ``2**k + 1``, ``k >= 16`` even, where Grain
     repeats one element and drops one: reproduced only when built with ``grain_core.config``
     ``grain_exact`` on)."""
@@ -169,21 +170,21 @@ class ShuffleMapDataset(MapDataset):
                 "Cannot shuffle an infinite dataset: shuffle before repeat(), e.g. "
                 "ds.shuffle(seed).repeat()."
             )
-        self._perm_cache: tuple[int, _seeds.IndexPermutation] | None = None
+        self._perm_cache: tuple[int, _cipher.IndexPermutation] | None = None
         self._grain_exact = _config.grain_exact()
 
     def __len__(self):
         return self._n
 
     def fingerprint_fields(self):
-        short = _seeds.grain_block_is_short(self._n - 1)
+        short = _cipher.grain_block_is_short(self._n - 1)
         return {"seed": self._seed, **_config.mode_fields(self._grain_exact, short)}
 
-    def _perm(self, epoch: int) -> _seeds.IndexPermutation:
+    def _perm(self, epoch: int) -> _cipher.IndexPermutation:
         cached = self._perm_cache
         if cached is not None and cached[0] == epoch:
             return cached[1]
-        perm = _seeds.IndexPermutation(self._n, self._seed, epoch, grain_exact=self._grain_exact)
+        perm = _cipher.IndexPermutation(self._n, self._seed, epoch, grain_exact=self._grain_exact)
         self._perm_cache = (epoch, perm)
         return perm
 
@@ -209,7 +210,7 @@ class ShuffleMapDataset(MapDataset):
             mapped = np.empty_like(idx)
             for e in np.unique(epochs).tolist():
                 sel = epochs == e
-                perm = _seeds.IndexPermutation(n, self._seed, e, grain_exact=self._grain_exact)
+                perm = _cipher.IndexPermutation(n, self._seed, e, grain_exact=self._grain_exact)
                 mapped[sel] = perm(local[sel]) + e * n
         return self._parent.__getitems__(mapped)
 

@@ -231,7 +231,7 @@ class _WindowShuffleIterator(OneParentIterator):
     in chunks of up to the window's remaining size), the elements of a window whose read was
     interrupted (kept so nothing is lost, up to ``window_size``), and the orders of at most
     ``_MAX_BATCH`` upcoming full windows as one int64 array (capped at ``_MAX_TABLE_INTS``
-    entries), computed together by :func:`grain_core.seeds.shuffle_tables`.
+    entries), computed together by :func:`grain_core.shuffle_cipher.shuffle_tables`.
     """
 
     kind = "WindowShuffleIterDataset"

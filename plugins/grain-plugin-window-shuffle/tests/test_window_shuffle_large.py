@@ -1,5 +1,5 @@
 """Windows of 256 to 16,384 elements, whose orders the iterator computes many at a time
-(``grain_core.seeds.shuffle_tables``), give Grain's order, recorded from google grain 0.2.18 in
+(``grain_core.shuffle_cipher.shuffle_tables``), give Grain's order, recorded from google grain 0.2.18 in
 ``data/grain_window_orders.json``; a restore in the middle continues it exactly."""
 
 from __future__ import annotations
