@@ -4,9 +4,13 @@ One module per job, each imported on first use:
 
 * :mod:`~grain_core.runtime.multiprocess` — ``IterDataset.mp_prefetch`` (the dataset; runtime
   selection).
-* :mod:`~grain_core.runtime.api` — the runtime API: typed messages, the worker loop, the
-  round-robin consumer, the protocols a runtime implements (``register_runtimes`` hook).
-* :mod:`~grain_core.runtime.processes` — the process runtime (worker processes, pipes).
+* :mod:`~grain_core.runtime.api` — the runtime API's public import point (re-exports only) for:
+  :mod:`~grain_core.runtime.messages` (typed messages), :mod:`~grain_core.runtime.job` (the
+  worker job), :mod:`~grain_core.runtime.transport` (the protocols a runtime implements,
+  ``register_runtimes`` hook), :mod:`~grain_core.runtime.worker` (the worker loop) and
+  :mod:`~grain_core.runtime.consumer` (the round-robin consumer).
+* :mod:`~grain_core.runtime.processes` — the process runtime, consumer side (worker processes,
+  pipes); :mod:`~grain_core.runtime.process_worker` — its worker-process side and wire records.
 * :mod:`~grain_core.runtime.shm` — moving elements between processes through shared memory.
 * :mod:`~grain_core.runtime.thread_prefetch` — ``ThreadPrefetchIterDataset`` (a background thread).
 * :mod:`~grain_core.runtime.device` — ``device_put`` (elements to JAX devices; jax imported lazily).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 
-from grain_core.runtime.processes import restore_environment
+from grain_core.runtime.process_worker import restore_environment
 
 restore_environment()
 

@@ -1,20 +1,23 @@
 """The built-in transport of :mod:`grain_core.runtime.api`: worker processes and shared memory.
 
+This module is the consumer's side (the pool, its channels and I/O thread, :class:`ProcessRuntime`);
+the worker process's side and the wire records are in :mod:`grain_core.runtime.process_worker`.
+
 Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
 
 * Workers are ``forkserver`` processes where the platform has it, else ``spawn`` (Windows);
   ``GRAIN_CORE_MP_START_METHOD=spawn`` or ``ProcessRuntime(start_method="spawn")`` picks ``spawn``
-  anywhere (see :func:`default_start_method`); never ``fork``. Each runs :class:`~grain_core.runtime.api.WorkerLoop` after
-  :meth:`WorkerEnvironment.apply <grain_core.runtime.api.WorkerEnvironment.apply>`. Helper
+  anywhere (see :func:`default_start_method`); never ``fork``. Each runs :class:`~grain_core.runtime.worker.WorkerLoop` after
+  :meth:`WorkerEnvironment.apply <grain_core.runtime.job.WorkerEnvironment.apply>`. Helper
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
-* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.api.Consumed` counts
+* One pipe per worker carries the typed messages. :class:`~grain_core.runtime.messages.Consumed` counts
   (the flow-control credits) and the consumer's "copied out" counts take a second, one-way pipe
   per worker instead, as fixed 16-byte records written with one ``os.write`` each (see
-  :class:`_CreditRecord`): the consumer's own thread writes a credit the moment ``next()`` hands an
+  :class:`~grain_core.runtime.process_worker.CreditRecord`): the consumer's own thread writes a credit the moment ``next()`` hands an
   element out, with no hop through its I/O thread, and a record is never torn (a pipe write of at
   most ``PIPE_BUF`` bytes is atomic), so ``Ctrl-C`` cannot break the framing and two threads may
-  write. :class:`~grain_core.runtime.api.Elements` travel
+  write. :class:`~grain_core.runtime.messages.Elements` travel
   as one pickle of the element list per message (not one per element), with their numpy buffers
   in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
   consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
@@ -34,10 +37,8 @@ import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
-import pickle
 import select
 import signal
-import struct
 import sys
 import threading
 import time
@@ -45,16 +46,23 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from grain_core import tree
-from grain_core.runtime import api, shm
+from grain_core.runtime import shm
+from grain_core.runtime.job import WorkerJob
+from grain_core.runtime.messages import Consumed, Elements, Failure, Stop, pickle_exception
+from grain_core.runtime.process_worker import (
+    SYS_PATH_ENV,
+    Boot,
+    CreditRecord,
+    ShmElements,
+    worker_main,
+)
+from grain_core.runtime.transport import WorkerLostError
 
 __all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV", "default_start_method"]
 
 START_METHOD_ENV = "GRAIN_CORE_MP_START_METHOD"
-SYS_PATH_ENV = "_GRAIN_CORE_FORKSERVER_SYS_PATH"  # read (and removed) by runtime._preload
 _PRELOAD = ("grain_core.runtime._preload",)
 _STOP_GRACE_SECONDS = 0.5
-_WATCHDOG_SECONDS = 0.25
 _forkserver_lock = threading.Lock()
 
 
@@ -70,251 +78,6 @@ def default_start_method() -> str:
             )
         return method
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-
-
-# --------------------------------------------------------------------------------------------------
-# wire messages of this transport
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _ShmElements:
-    """:class:`api.Elements` as sent: ``payloads`` holds one pickle of the element list, its large
-    buffers in ``segment`` (None: all in the pickle). ``fallback`` says why shared memory was not
-    used, when it was not."""
-
-    seq: int
-    generation: int
-    state: Any
-    skip: int
-    segment: str | None
-    payloads: list[bytes]
-    layouts: list[tuple[tuple[int, int], ...]]
-    marks: tuple[api.Mark, ...] = ()
-    fallback: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class _CreditRecord:
-    """Consumer -> worker on the credit pipe, packed as two little-endian int64 (16 bytes, one
-    ``os.write``): ``(generation, elements)`` is :class:`api.Consumed`; ``(-1, messages)`` says the
-    consumer has copied out ``messages`` element messages (absolute), so their segments are free."""
-
-    generation: int
-    count: int
-
-    FORMAT = struct.Struct("<qq")
-    RELEASED = -1
-
-    def pack(self) -> bytes:
-        return self.FORMAT.pack(self.generation, self.count)
-
-
-_RECORD_SIZE = _CreditRecord.FORMAT.size
-_READ_RECORDS = _RECORD_SIZE * 4096
-
-
-@dataclasses.dataclass(frozen=True)
-class _Boot:
-    """The one argument of a worker process."""
-
-    conn: Any
-    credits: Any  # the read end of the credit pipe (a one-way Connection; read as a raw fd)
-    index: int
-    job: api.WorkerJob
-    prefix: str
-    consumer_pid: int
-    use_shm: bool
-    min_free: int
-
-
-# --------------------------------------------------------------------------------------------------
-# worker side
-# --------------------------------------------------------------------------------------------------
-
-
-
-
-class _WorkerEndpoint:
-    def __init__(self, boot: _Boot):
-        self.conn = boot.conn
-        self.writer = shm.MessageWriter(boot.prefix, boot.min_free) if boot.use_shm else None
-        self.released = 0
-        self.sent_messages = 0
-        self.lock = threading.Lock()
-        self.consumer_pid = boot.consumer_pid
-        self.conn_fd = boot.conn.fileno()
-        self.credit_fd = boot.credits.fileno()
-        os.set_blocking(self.credit_fd, False)
-        self.credits_in: collections.deque[api.Consumed] = collections.deque()
-        self.partial = b""
-
-    def send(self, message: Any) -> None:
-        # Called by the worker loop's thread and its flusher thread: one at a time.
-        with self.lock:
-            if isinstance(message, api.Elements):
-                message = self._encode(message)
-                self.sent_messages += 1
-            self.conn.send(message)
-
-    def _encode(self, m: api.Elements) -> _ShmElements:
-        # The whole list is one pickle (one call, not one per element); large buffers of every
-        # element go to the message's segment.
-        w = self.writer
-        fallback = None
-        if w is not None:
-            try:
-                w.add(m.elements)
-                name, payloads, layouts = w.finish()
-                return _ShmElements(
-                    m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks
-                )
-            except shm.ShmFullError as e:
-                w.pass_through()
-                fallback = str(e)
-        return _ShmElements(
-            m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], m.marks, fallback
-        )
-
-    def receive(self, timeout: float | None) -> Any:
-        if self.credits_in:
-            return self.credits_in.popleft()
-        conn = self.conn
-        fds = [self.conn_fd, self.credit_fd]
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select(fds, [], [], min(left, 0.5))
-            if self.credit_fd in ready:
-                self._read_credits()
-            if self.conn_fd in ready:
-                return conn.recv()
-            if self.credits_in:
-                return self.credits_in.popleft()
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            if not _alive(self.consumer_pid):
-                raise EOFError("the consumer is gone")
-
-    def _read_credits(self) -> None:
-        """Applies the released counts on the credit pipe and queues its latest credit."""
-        try:
-            data = os.read(self.credit_fd, _READ_RECORDS)
-        except BlockingIOError:
-            return
-        if not data:
-            raise EOFError("the consumer is gone")
-        data = self.partial + data
-        end = len(data) - len(data) % _RECORD_SIZE
-        self.partial = data[end:]  # never a torn record (atomic writes); kept for safety
-        released = -1
-        latest: api.Consumed | None = None
-        for generation, count in _CreditRecord.FORMAT.iter_unpack(data[:end]):
-            if generation == _CreditRecord.RELEASED:
-                released = max(released, count)
-            elif latest is None or (generation, count) >= (latest.generation, latest.elements):
-                latest = api.Consumed(generation, count)
-        if released > self.released and self.writer is not None:
-            with self.lock:
-                while self.released < released:
-                    self.writer.release_oldest()
-                    self.released += 1
-        if latest is not None:
-            self.credits_in.append(latest)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def _dumps(x: Any) -> bytes:
-    try:
-        return pickle.dumps(x, protocol=5)
-    except Exception:
-        import cloudpickle
-
-        return cloudpickle.dumps(x, protocol=5)
-
-
-def _alive(pid: int) -> bool:
-    if os.name != "posix":  # os.kill(pid, 0) would end the process there: ask multiprocessing
-        parent = mp.parent_process()
-        return parent is None or parent.is_alive()
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _die_with_parent(consumer_pid: int, prefix: str) -> None:
-    """The worker ends when its consumer does, unlinking its segments: ``SIGTERM`` does that at
-    once; Linux sends it when the worker's parent (the consumer, or the forkserver, which exits with
-    the consumer) dies (``PR_SET_PDEATHSIG``); a watchdog thread checks the consumer's pid too."""
-
-    def on_term(signum: int, frame: Any) -> None:
-        shm.sweep(prefix)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, on_term)
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
-
-    def watch() -> None:
-        while _alive(consumer_pid):
-            time.sleep(_WATCHDOG_SECONDS)
-        shm.sweep(prefix)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="grain_core-mp-watchdog", daemon=True).start()
-
-
-def restore_environment() -> None:
-    """In a new helper interpreter: undoes what :func:`_worker_start` set for the start and applies
-    the consumer's ``sys.path`` (the forkserver's preload calls it before plugin discovery)."""
-    import json
-
-    raw = os.environ.pop(SYS_PATH_ENV, None)
-    if raw is None:
-        return
-    try:
-        saved = json.loads(raw)
-        sys.path[:] = [str(p) for p in saved["sys_path"]]
-        if saved.get("safe_path") is None:
-            os.environ.pop("PYTHONSAFEPATH", None)
-        else:
-            os.environ["PYTHONSAFEPATH"] = str(saved["safe_path"])
-    except (ValueError, KeyError, TypeError):
-        pass
-
-
-def _worker_main(boot: _Boot) -> None:
-    """Entry point of a worker process; returns when stopped or orphaned."""
-    restore_environment()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle.
-    _die_with_parent(boot.consumer_pid, boot.prefix)
-    endpoint = _WorkerEndpoint(boot)
-    try:
-        boot.job.environment.apply()
-        api.WorkerLoop(boot.job, boot.index, endpoint, size_of=tree.nbytes).run()
-    except (EOFError, OSError):
-        pass  # the consumer went away
-    finally:
-        endpoint.close()
-        shm.sweep(boot.prefix)
-        for c in (boot.conn, boot.credits):
-            try:
-                c.close()
-            except Exception:
-                pass
 
 
 # --------------------------------------------------------------------------------------------------
@@ -338,19 +101,19 @@ class _ProcessChannel:
         os.set_blocking(self.credit_fd, False)
         self.inbox: collections.deque[Any] = collections.deque()
         self.outbox: collections.deque[Any] = collections.deque()
-        self.unsent_credit: api.Consumed | None = None  # left to the I/O thread (pipe was full)
+        self.unsent_credit: Consumed | None = None  # left to the I/O thread (pipe was full)
         self.read_messages = 0
         self.released_sent = 0
         self.lost: str | None = None  # how the worker was lost
 
     def send(self, message: Any) -> None:
-        if isinstance(message, api.Consumed):
+        if isinstance(message, Consumed):
             # Any older unsent count is superseded: counts are absolute.
             self.unsent_credit = None
-            data = _CreditRecord(message.generation, message.elements).pack()
+            data = CreditRecord(message.generation, message.elements).pack()
             read = self.read_messages
             if read > self.released_sent:
-                data += _CreditRecord(_CreditRecord.RELEASED, read).pack()
+                data += CreditRecord(CreditRecord.RELEASED, read).pack()
             if self.write_bytes(data):
                 self.released_sent = max(self.released_sent, read)
             else:
@@ -360,7 +123,7 @@ class _ProcessChannel:
         self.outbox.append(message)
         self._pool.wake()
 
-    def write_record(self, record: _CreditRecord) -> bool:
+    def write_record(self, record: CreditRecord) -> bool:
         """Writes one record to the credit pipe; False when the pipe is full (nothing written)."""
         return self.write_bytes(record.pack())
 
@@ -383,7 +146,7 @@ class _ProcessChannel:
         if self.inbox:
             return self.inbox[0]
         if self.lost is not None:
-            raise api.WorkerLostError(self.lost)
+            raise WorkerLostError(self.lost)
         return None
 
     def drop(self) -> None:
@@ -394,7 +157,7 @@ class _ProcessChannel:
 class ProcessPool:
     """Worker processes, their pipes and the consumer's I/O thread; see the module docstring."""
 
-    def __init__(self, runtime: ProcessRuntime, job: api.WorkerJob):
+    def __init__(self, runtime: ProcessRuntime, job: WorkerJob):
         self.prefix = shm.new_prefix()
         self.channels: list[_ProcessChannel] = []
         self._reader = shm.MessageReader()
@@ -426,7 +189,7 @@ class ProcessPool:
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 credit_r, credit_w = ctx.Pipe(duplex=False)
                 try:
-                    boot = _Boot(
+                    boot = Boot(
                         child_conn,
                         credit_r,
                         i,
@@ -437,7 +200,7 @@ class ProcessPool:
                         min_free,
                     )
                     proc = ctx.Process(
-                        target=_worker_main,
+                        target=worker_main,
                         args=(boot,),
                         name=f"grain_core-mp-worker-{i}",
                         daemon=True,
@@ -568,12 +331,12 @@ class ProcessPool:
                 pass  # the worker is gone: its sentinel says so
             credit = ch.unsent_credit  # read once: the consumer's thread may replace it
             if credit is not None:
-                if ch.write_record(_CreditRecord(credit.generation, credit.elements)):
+                if ch.write_record(CreditRecord(credit.generation, credit.elements)):
                     if ch.unsent_credit is credit:
                         ch.unsent_credit = None
             read = ch.read_messages
             if read > ch.released_sent and not ch.inbox:
-                if ch.write_record(_CreditRecord(_CreditRecord.RELEASED, read)):
+                if ch.write_record(CreditRecord(CreditRecord.RELEASED, read)):
                     ch.released_sent = max(ch.released_sent, read)
 
     def _drain(self, ch: _ProcessChannel) -> bool:
@@ -595,17 +358,17 @@ class ProcessPool:
         except (EOFError, OSError):
             self._lose(ch)
             return
-        if isinstance(msg, _ShmElements):
+        if isinstance(msg, ShmElements):
             try:
                 (elements,) = self._reader.read(msg.segment, msg.payloads, msg.layouts)
             except Exception as e:  # an unreadable message: the worker's failure
                 import traceback
 
-                msg_out: Any = api.Failure(
-                    msg.seq, msg.generation, api.pickle_exception(e), traceback.format_exc()
+                msg_out: Any = Failure(
+                    msg.seq, msg.generation, pickle_exception(e), traceback.format_exc()
                 )
             else:
-                msg_out = api.Elements(
+                msg_out = Elements(
                     msg.seq, msg.generation, msg.state, msg.skip, elements, msg.marks
                 )
             ch.read_messages += 1
@@ -649,7 +412,7 @@ class ProcessPool:
             t.join(5.0)
         for ch in self.channels:
             try:
-                ch.conn.send(api.Stop())
+                ch.conn.send(Stop())
             except Exception:
                 pass
         for ch in self.channels:
@@ -726,7 +489,7 @@ class ProcessRuntime:
                     ctx.set_forkserver_preload(mods)
         return ctx
 
-    def start_workers(self, job: api.WorkerJob) -> ProcessPool:
+    def start_workers(self, job: WorkerJob) -> ProcessPool:
         return ProcessPool(self, job)
 
 

@@ -15,7 +15,7 @@ from runtime_helpers import HeldEndpoint
 
 import grain_core as grain
 from grain_core.dataset.sharing import worker_share
-from grain_core.runtime import api
+from grain_core.runtime import api, worker
 from grain_core.runtime.api import Elements, Mark, Position
 
 
@@ -34,7 +34,7 @@ def test_position_after_uses_the_last_mark_at_or_before_it():
 
 
 def test_a_group_cut_by_the_flusher_continues_from_its_last_mark():
-    g = api._Group("s0", 0, [])
+    g = worker._Group("s0", 0, [])
     g.mark("s0'")  # no element yet: the group's own start
     assert (g.state, g.skip, g.marks) == ("s0'", 0, [])
     g.elements += ["a", "b"]
@@ -59,7 +59,7 @@ def _loop(every: int, buffer: int) -> tuple[api.WorkerLoop, HeldEndpoint]:
     ep = HeldEndpoint()
     loop = api.WorkerLoop(job, 0, ep)
     # The spacing the loop would measure, fixed: what is tested is what marks hold.
-    loop._mark_spacing = lambda: (every, api.MAX_MESSAGE_ELEMENTS)  # type: ignore[method-assign]
+    loop._mark_spacing = lambda: (every, worker.MAX_MESSAGE_ELEMENTS)  # type: ignore[method-assign]
     return loop, ep
 
 
@@ -126,7 +126,7 @@ def test_mark_spacing_keeps_marks_cheap_and_replays_short():
     assert loop._mark_spacing() == (1, 10)
     loop.element_seconds, loop.state_seconds = 0.5e-6, 1e-6  # elements cheaper than a state
     every, replay = loop._mark_spacing()
-    assert every == 40 and every * loop.element_seconds <= api.MAX_REPLAY_SECONDS
+    assert every == 40 and every * loop.element_seconds <= worker.MAX_REPLAY_SECONDS
     loop.element_seconds, loop.state_seconds = 1e-6, 1e-3  # a very costly state
     assert loop._mark_spacing() == (20_000, 1000)  # the group is capped at 1000 instead
 

@@ -1,0 +1,569 @@
+"""The consumer side of the runtime: :class:`RoundRobinConsumer`, the ``DatasetIterator`` the user
+holds, round-robin over the workers' channels with an exact state; and :func:`next_or_rollback`.
+
+Part of the runtime API (:mod:`grain_core.runtime.api` re-exports the public names; see
+``docs/runtime.md``). The consumer's state format (``kind`` :data:`STATE_KIND`) is described there.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, NamedTuple
+
+from grain_core import grain_states as _grain_states
+from grain_core import state as _state
+from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.runtime import elastic
+from grain_core.runtime.job import WorkerJob
+from grain_core.runtime.messages import (
+    Consumed,
+    Elements,
+    End,
+    Failure,
+    FromWorker,
+    Idle,
+    Position,
+    Start,
+    Stats,
+    Template,
+    ToWorker,
+)
+from grain_core.runtime.transport import WorkerError, WorkerLostError, WorkerPool
+
+__all__ = ["STATE_KIND", "RoundRobinConsumer", "next_or_rollback"]
+
+#: ``kind`` of the consumer's state (unchanged from earlier releases: checkpoints stay readable).
+STATE_KIND = elastic.MP_KIND
+
+WAIT_SECONDS = 0.05
+
+#: The largest ``skip`` a state may hold: a worker state is taken at least every message, so a
+#: state written by ``get_state()`` never skips more.
+MAX_SKIP = 1 << 16
+
+
+def next_or_rollback(it: Any) -> Any:
+    """``next(it)`` for a wrapper that returns the element as it is: when an exception (Ctrl-C) is
+    raised into this call after ``it`` returned an element, ``it`` is rolled back so that the next
+    ``next()`` returns that element again. ``it`` takes part by having ``rollback_mark()`` and
+    ``rollback(mark)`` (:class:`RoundRobinConsumer` and the thread-prefetch iterator do); for any
+    other iterator this is ``next(it)``."""
+    mark_fn = getattr(it, "rollback_mark", None)
+    if mark_fn is None:
+        return next(it)
+    mark = mark_fn()
+    try:
+        return next(it)
+    except StopIteration:
+        raise
+    except BaseException:
+        it.rollback(mark)
+        raise
+
+
+class _Worker(NamedTuple):
+    """The consumer's view of one worker; replaced as a whole, never changed in place."""
+
+    # The position after the elements returned, while ``last`` is None (after a restore, or when
+    # the latest element returned ended its message) ...
+    state: Any = None
+    skip: int = 0
+    exhausted: bool = False  # every element returned and End received
+    ended: bool = False  # End received (elements may still be buffered)
+    buffered: tuple[Elements, ...] = ()
+    offset: int = 0  # elements of buffered[0] already returned
+    consumed: int = 0  # elements returned in this generation (the Consumed count)
+    seq: int = 0  # the last message applied
+    failure: Failure | None = None
+    # ... else the message of the latest element returned (still buffered: holding it keeps no
+    # element alive) and how many of its elements were returned.
+    last: Elements | None = None
+    taken: int = 0
+
+    def position(self) -> Position:
+        """The position after the elements returned."""
+        if self.last is None:
+            return Position(self.state, self.skip)
+        return self.last.position_after(self.taken)
+
+
+class _Cursor(NamedTuple):
+    """Everything ``next()`` changes, replaced by one assignment: an exception raised into
+    ``next()`` at any point leaves either the old or the new cursor, never a mix."""
+
+    generation: int
+    next_worker: int
+    position: int
+    workers: tuple[_Worker, ...]
+
+
+_PENDING = object()
+
+
+class RoundRobinConsumer(DatasetIterator):
+    """Round-robin over the workers of a :class:`WorkerPool`; exact state; elastic restore.
+
+    The workers start producing at the first ``next()`` / ``start_prefetch()``, at the position last
+    given by ``set_state``. ``set_state`` keeps the workers and sends them the new position; it first
+    compares each worker state with that worker's fresh-iterator state
+    (:func:`grain_core.state.check_same_pipeline`), so a state of another pipeline is refused before
+    anything changes. A state saved with another worker count (or in process) is converted by
+    :func:`grain_core.runtime.elastic.adapt_state` where that is defined.
+
+    An exception raised into ``next()`` (``KeyboardInterrupt``) leaves the iterator consistent:
+    calling ``next()`` again continues with exactly the elements not yet returned.
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        job: WorkerJob,
+        parent: IterDataset,
+        collect_stats: bool = False,
+    ):
+        super().__init__()
+        self._pool = pool
+        self._channels = list(pool.channels)
+        self._k = k = len(self._channels)
+        if k != job.worker_count:
+            pool.close()
+            raise ValueError(f"the runtime started {k} workers, not {job.worker_count}.")
+        self._job = job
+        self._parent_ds = parent
+        self._closed = False
+        self._started = False
+        self._error: BaseException | None = None
+        self._cursor = _Cursor(0, 0, 0, tuple(_Worker() for _ in range(k)))
+        self._prev: _Cursor | None = None  # the cursor before the last element returned
+        self._credited = [0] * k
+        self._templates: list[Any] = [_PENDING] * k
+        self._elastic_problems: list[str | None] = [None] * k
+        self._worker_stats: list[Any] | None = [None] * k if collect_stats else None
+        self._credit_step = max(1, job.buffer_size // 2)
+        # Garbage collection and interpreter exit stop the workers (the finalizer holds the pool).
+        self._finalizer = weakref.finalize(self, pool.close)
+
+    # --- public hooks ------------------------------------------------------------------------------
+
+    @property
+    def num_workers(self) -> int:
+        return self._k
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The runtime's workers (e.g. ``pool.worker_pids`` for the process runtime)."""
+        return self._pool
+
+    def worker_stats(self) -> list[Any] | None:
+        """Each worker's latest statistics report (``grain_core.stats``); None when not collected."""
+        return None if self._worker_stats is None else list(self._worker_stats)
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._started:
+            return
+        cur = self._cursor
+        k = self._k
+        for i in [(cur.next_worker + j) % k for j in range(k)]:  # whose element comes next: first
+            w = cur.workers[i]
+            if w.exhausted:
+                self._send(i, Idle(cur.generation))
+            else:
+                pos = w.position()
+                self._send(i, Start(cur.generation, pos.state, pos.skip))
+        self._started = True
+
+    def _send(self, i: int, msg: ToWorker) -> None:
+        try:
+            self._channels[i].send(msg)
+        except (OSError, EOFError):
+            pass  # reported as a lost worker when its turn comes
+
+    def start_prefetch(self) -> None:
+        if not self._closed:
+            self._ensure_started()
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        if self._error is not None:
+            raise self._error
+        self._ensure_started()
+        k = self._k
+        while True:
+            cur = self._cursor
+            i = cur.next_worker
+            w = cur.workers[i]
+            if w.exhausted:
+                if all(x.exhausted for x in cur.workers):
+                    raise StopIteration
+                self._cursor = cur._replace(next_worker=(i + 1) % k)
+                continue
+            if w.buffered:
+                msg = w.buffered[0]
+                x = msg.elements[w.offset]
+                offset = w.offset + 1
+                rest = w.buffered
+                size = len(msg.elements)
+                if offset == size:
+                    rest, offset = rest[1:], 0
+                consumed = w.consumed + 1
+                if offset:
+                    st, sk, last, taken = None, 0, msg, offset
+                else:  # returned wholly: keep its end position, not its elements
+                    end = msg.position_after(size)
+                    st, sk, last, taken = end.state, end.skip, None, 0
+                nw = _Worker(
+                    st,
+                    sk,
+                    w.ended and not rest,
+                    w.ended,
+                    rest,
+                    offset,
+                    consumed,
+                    w.seq,
+                    w.failure,
+                    last,
+                    taken,
+                )
+                ws = cur.workers
+                new = _Cursor(
+                    cur.generation,
+                    i + 1 if i + 1 < k else 0,
+                    cur.position + 1,
+                    ws[:i] + (nw,) + ws[i + 1 :],
+                )
+                if (
+                    not offset
+                    or not rest
+                    or consumed - self._credited[i] >= max(self._credit_step, size >> 1)
+                ):
+                    self._credit(i, cur.generation, consumed)
+                # The commit: one store, then return with no call in between (an exception raised
+                # into next() lands before it, or in the caller after the element was returned).
+                self._prev = cur
+                self._cursor = new
+                return x
+            if w.failure is not None:
+                self._error = self._worker_exception(i, w.failure)
+                raise self._error
+            if w.ended:  # End received, every element returned
+                self._cursor = _with(cur, i, w._replace(exhausted=True))
+                continue
+            self._receive(i)
+
+    def next_chunk(self, max_elements: int) -> list[Any]:
+        """Up to ``max_elements`` elements in the round-robin order, from what the workers have
+        already delivered: waits only when the next element has not arrived (then it is
+        ``next()``). The state afterwards is the position after the last element returned, and
+        the whole chunk is committed with one assignment (an interrupt leaves all or nothing)."""
+        if self._closed or self._error is not None or max_elements <= 1:
+            return [self.__next__()]
+        self._ensure_started()
+        cur = self._cursor
+        for j in range(self._k):
+            if not cur.workers[j].exhausted:
+                self._absorb(j)
+        cur = self._cursor
+        k = self._k
+        ws = cur.workers
+        queues = [list(w.buffered) for w in ws]
+        offsets = [w.offset for w in ws]
+        exhausted = [w.exhausted for w in ws]
+        took = [0] * k
+        last: list[tuple[Elements, int] | None] = [None] * k  # message and offset last taken
+        out: list[Any] = []
+        append = out.append
+        i = cur.next_worker
+        left = k - sum(exhausted)
+        while len(out) < max_elements and left:
+            if exhausted[i]:
+                i = i + 1 if i + 1 < k else 0
+                continue
+            q = queues[i]
+            if not q:
+                w = ws[i]
+                if w.ended and w.failure is None:  # End received, every element returned
+                    exhausted[i] = True
+                    left -= 1
+                    i = i + 1 if i + 1 < k else 0
+                    continue
+                break  # not arrived yet (or a failure): the next call handles it
+            msg = q[0]
+            o = offsets[i]
+            append(msg.elements[o])
+            last[i] = (msg, o)
+            o += 1
+            if o == len(msg.elements):
+                q.pop(0)
+                o = 0
+            offsets[i] = o
+            took[i] += 1
+            i = i + 1 if i + 1 < k else 0
+        if not out:
+            return [self.__next__()]
+        new_ws = list(ws)
+        for j in range(k):
+            w = ws[j]
+            lt = last[j]
+            if lt is None:
+                if exhausted[j] != w.exhausted:
+                    new_ws[j] = w._replace(exhausted=True)
+                continue
+            msg, o = lt
+            rest = tuple(queues[j])
+            consumed = w.consumed + took[j]
+            if o + 1 < len(msg.elements):
+                st, sk, last_msg, taken = None, 0, msg, o + 1
+            else:  # returned wholly: keep its end position, not its elements
+                end = msg.position_after(o + 1)
+                st, sk, last_msg, taken = end.state, end.skip, None, 0
+            new_ws[j] = _Worker(
+                st,
+                sk,
+                exhausted[j] or (w.ended and not rest),
+                w.ended,
+                rest,
+                offsets[j],
+                consumed,
+                w.seq,
+                w.failure,
+                last_msg,
+                taken,
+            )
+            if (
+                len(rest) < len(w.buffered)  # a message returned wholly
+                or not rest
+                or consumed - self._credited[j] >= max(self._credit_step, len(msg.elements) >> 1)
+            ):
+                self._credit(j, cur.generation, consumed)
+        new = _Cursor(cur.generation, i, cur.position + len(out), tuple(new_ws))
+        # The commit: one store, then return with no call in between (see __next__).
+        self._prev = cur
+        self._cursor = new
+        return out
+
+    def _absorb(self, i: int) -> None:
+        """Applies the messages worker ``i`` has delivered, without waiting for more."""
+        ch = self._channels[i]
+        while True:
+            try:
+                msg = ch.peek(0)
+            except WorkerLostError:
+                return  # reported by next() when this worker's turn comes
+            if msg is None:
+                return
+            self._apply(i, msg)
+            ch.drop()
+
+    def rollback_mark(self) -> Any:
+        """A mark for :meth:`rollback` (see :func:`next_or_rollback`)."""
+        return self._cursor
+
+    def rollback(self, mark: Any) -> None:
+        """Un-returns the element returned since ``mark``, if exactly one was (its caller was
+        interrupted before it got it): the next ``next()`` returns it again."""
+        prev = self._prev
+        if prev is not None and self._cursor.position == mark.position + 1 == prev.position + 1:
+            self._cursor = prev  # the cursor just before that element was taken
+
+    def _credit(self, i: int, generation: int, consumed: int) -> None:
+        self._send(i, Consumed(generation, consumed))
+        self._credited[i] = consumed
+
+    def _receive(self, i: int) -> None:
+        """Applies worker ``i``'s next message (waiting for it)."""
+        ch = self._channels[i]
+        while True:
+            if self._closed:
+                raise RuntimeError("This iterator was closed while waiting for an element.")
+            try:
+                msg = ch.peek(WAIT_SECONDS)
+            except WorkerLostError as e:
+                if self._closed:
+                    raise RuntimeError(
+                        "This iterator was closed while waiting for an element."
+                    ) from None
+                self._error = WorkerError(
+                    f"mp_prefetch worker {i} {e} while the iterator waited for output element "
+                    f"#{self._cursor.position}. It may have been killed (e.g. by the "
+                    "out-of-memory killer) or crashed in native code. Create a new iterator (or "
+                    "restore a saved state into one) to continue."
+                )
+                raise self._error from None
+            if msg is None:
+                continue
+            applied = self._apply(i, msg)
+            ch.drop()
+            if applied:
+                return
+
+    def _apply(self, i: int, msg: FromWorker) -> bool:
+        """Records ``msg``; True when worker ``i``'s view changed (elements, end or failure)."""
+        if isinstance(msg, Template):
+            self._templates[i] = msg.state
+            self._elastic_problems[i] = msg.elastic_problem
+            return False
+        cur = self._cursor
+        w = cur.workers[i]
+        if msg.generation != cur.generation or msg.seq <= w.seq:
+            return False  # outdated, or applied before an interruption
+        if isinstance(msg, Stats):
+            if self._worker_stats is not None:
+                self._worker_stats[i] = msg.report
+            return False
+        if isinstance(msg, Elements):
+            nw = w._replace(buffered=w.buffered + (msg,), seq=msg.seq)
+        elif isinstance(msg, End):
+            nw = w._replace(ended=True, seq=msg.seq)
+        elif isinstance(msg, Failure):
+            nw = w._replace(failure=msg, seq=msg.seq)
+        else:
+            raise WorkerError(f"unexpected message {msg!r} from mp_prefetch worker {i}.")
+        self._cursor = _with(cur, i, nw)
+        return True
+
+    def _worker_exception(self, i: int, f: Failure) -> BaseException:
+        where = (
+            f"raised in mp_prefetch worker {i} of {self._k} while producing output element "
+            f"#{self._cursor.position}"
+        )
+        exc: BaseException | None = None
+        if f.exception is not None:
+            try:
+                import pickle
+
+                exc = pickle.loads(f.exception)
+            except Exception:
+                exc = None
+        if isinstance(exc, BaseException):
+            exc.add_note(f"{where}. Worker traceback:\n{f.traceback}")
+            return exc
+        return WorkerError(f"Exception {where}. Worker traceback:\n{f.traceback}")
+
+    # --- state --------------------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        cur = self._cursor
+        return _state.make_state(
+            STATE_KIND,
+            num_workers=self._k,
+            next_worker=cur.next_worker,
+            position=cur.position,
+            workers=[_worker_entry(w) for w in cur.workers],
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        if _grain_states.is_grain_mp_state(state):  # saved by Grain's mp_prefetch iterator
+            state = _grain_states.from_grain_mp_state(
+                state, [self.template(i) for i in range(self._k)]
+            )
+        state = elastic.adapt_state(self, state)
+        _state.expect_state(
+            state, STATE_KIND, ("num_workers", "next_worker", "workers"), num_workers=self._k
+        )
+        workers = state["workers"]
+        nxt = state["next_worker"]
+        if (
+            not isinstance(workers, list)
+            or len(workers) != self._k
+            or not _state_int(nxt)
+            or not 0 <= nxt < self._k
+        ):
+            raise _state.StateMismatchError(
+                f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
+            )
+        for i, w in enumerate(workers):
+            if isinstance(w, dict):
+                _state.check_state_int(
+                    w.get("skip"), f"workers[{i}].skip", maximum=MAX_SKIP, where=STATE_KIND
+                )
+            if not isinstance(w, dict) or not isinstance(w.get("exhausted", False), bool):
+                raise _state.StateMismatchError(
+                    f"Malformed worker entry in the state: {w!r} (skip must be an int in "
+                    f"[0, {MAX_SKIP}], exhausted a bool): it was not written by get_state()."
+                )
+        position = state.get("position", 0)
+        if not _state_int(position) or position < 0:
+            raise _state.StateMismatchError(f"Malformed position in the state: {position!r}")
+        for i, w in enumerate(workers):
+            wstate = w.get("state")
+            if wstate is None:
+                continue
+            template = self.template(i)
+            if template is not None:
+                _state.check_same_pipeline(template, wstate, where=f"state.workers[{i}].state")
+        gen = self._cursor.generation + 1
+        views = tuple(
+            _Worker(
+                state=w.get("state"),
+                skip=int(w["skip"]),
+                exhausted=bool(w.get("exhausted", False)),
+                ended=bool(w.get("exhausted", False)),
+            )
+            for w in workers
+        )
+        self._started = False
+        self._error = None
+        self._credited = [0] * self._k
+        self._prev = None
+        self._cursor = _Cursor(gen, int(nxt), int(position), views)
+
+    def template(self, i: int) -> Any:
+        """Worker ``i``'s fresh-iterator state, waiting for it if needed; None if the worker cannot
+        give one (it failed to build its pipeline, or is gone: reported at ``next()``)."""
+        ch = self._channels[i]
+        try:
+            while self._templates[i] is _PENDING and not self._closed:
+                msg = ch.peek(WAIT_SECONDS)
+                if msg is None:
+                    continue
+                if isinstance(msg, Template):
+                    self._apply(i, msg)
+                    ch.drop()
+                else:  # the template is always a worker's first message
+                    self._templates[i] = None
+        except WorkerLostError:
+            self._templates[i] = None
+        t = self._templates[i]
+        return None if t is _PENDING else t
+
+    def elastic_target(self) -> elastic.ElasticTarget:
+        """What this iterator offers an elastic restore (hook of :mod:`grain_core.runtime.elastic`)."""
+        if self._closed:
+            raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
+        templates = [self.template(i) for i in range(self._k)]
+        problem = next((p for p in self._elastic_problems if p is not None), None)
+        if self._job.sequential_slice:
+            problem = (
+                "its workers read contiguous slices of the sources (sequential_slice=True), and "
+                "what each worker reads depends on the worker count."
+            )
+        if problem is None and any(t is None for t in templates):
+            problem = "a worker could not build its pipeline (its error is raised at next())."
+        return elastic.worker_target(self._parent_ds, templates, problem)
+
+    # --- lifetime -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the workers and frees what they hold. Idempotent; safe from another thread."""
+        self._closed = True
+        self._finalizer()
+
+
+def _worker_entry(w: _Worker) -> dict[str, Any]:
+    pos = w.position()
+    return {"state": pos.state, "skip": pos.skip, "exhausted": w.exhausted}
+
+
+def _with(cur: _Cursor, i: int, w: _Worker) -> _Cursor:
+    return cur._replace(workers=cur.workers[:i] + (w,) + cur.workers[i + 1 :])
+
+
+def _state_int(v: Any) -> bool:
+    import numbers
+
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)

@@ -1,0 +1,295 @@
+"""The worker process's side of the process runtime (:mod:`grain_core.runtime.processes`), and the
+wire records both sides share.
+
+A worker process starts in :func:`worker_main` with its :class:`Boot`: it applies the consumer's
+environment (:func:`restore_environment`, then ``WorkerEnvironment.apply``), arranges to die with
+its consumer, and runs :class:`~grain_core.runtime.worker.WorkerLoop` over a pipe endpoint that
+sends :class:`~grain_core.runtime.messages.Elements` as :class:`ShmElements` (elements in pooled
+shared memory, :mod:`grain_core.runtime.shm`) and reads :class:`CreditRecord` s from the credit
+pipe. The contract is in the docstring of :mod:`grain_core.runtime.processes` and in
+``docs/runtime.md``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import multiprocessing as mp
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+import threading
+import time
+from typing import Any
+
+from grain_core import tree
+from grain_core.runtime import shm
+from grain_core.runtime.job import WorkerJob
+from grain_core.runtime.messages import Consumed, Elements, Mark
+from grain_core.runtime.worker import WorkerLoop
+
+__all__ = [
+    "SYS_PATH_ENV",
+    "Boot",
+    "CreditRecord",
+    "ShmElements",
+    "restore_environment",
+    "worker_main",
+]
+
+SYS_PATH_ENV = "_GRAIN_CORE_FORKSERVER_SYS_PATH"  # read (and removed) by runtime._preload
+_WATCHDOG_SECONDS = 0.25
+
+
+# --------------------------------------------------------------------------------------------------
+# wire records of this transport
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ShmElements:
+    """:class:`Elements` as sent: ``payloads`` holds one pickle of the element list, its large
+    buffers in ``segment`` (None: all in the pickle). ``fallback`` says why shared memory was not
+    used, when it was not."""
+
+    seq: int
+    generation: int
+    state: Any
+    skip: int
+    segment: str | None
+    payloads: list[bytes]
+    layouts: list[tuple[tuple[int, int], ...]]
+    marks: tuple[Mark, ...] = ()
+    fallback: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CreditRecord:
+    """Consumer -> worker on the credit pipe, packed as two little-endian int64 (16 bytes, one
+    ``os.write``): ``(generation, elements)`` is :class:`Consumed`; ``(-1, messages)`` says the
+    consumer has copied out ``messages`` element messages (absolute), so their segments are free."""
+
+    generation: int
+    count: int
+
+    FORMAT = struct.Struct("<qq")
+    RELEASED = -1
+
+    def pack(self) -> bytes:
+        return self.FORMAT.pack(self.generation, self.count)
+
+
+_RECORD_SIZE = CreditRecord.FORMAT.size
+_READ_RECORDS = _RECORD_SIZE * 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Boot:
+    """The one argument of a worker process."""
+
+    conn: Any
+    credits: Any  # the read end of the credit pipe (a one-way Connection; read as a raw fd)
+    index: int
+    job: WorkerJob
+    prefix: str
+    consumer_pid: int
+    use_shm: bool
+    min_free: int
+
+
+# --------------------------------------------------------------------------------------------------
+# worker side
+# --------------------------------------------------------------------------------------------------
+
+
+class _WorkerEndpoint:
+    def __init__(self, boot: Boot):
+        self.conn = boot.conn
+        self.writer = shm.MessageWriter(boot.prefix, boot.min_free) if boot.use_shm else None
+        self.released = 0
+        self.sent_messages = 0
+        self.lock = threading.Lock()
+        self.consumer_pid = boot.consumer_pid
+        self.conn_fd = boot.conn.fileno()
+        self.credit_fd = boot.credits.fileno()
+        os.set_blocking(self.credit_fd, False)
+        self.credits_in: collections.deque[Consumed] = collections.deque()
+        self.partial = b""
+
+    def send(self, message: Any) -> None:
+        # Called by the worker loop's thread and its flusher thread: one at a time.
+        with self.lock:
+            if isinstance(message, Elements):
+                message = self._encode(message)
+                self.sent_messages += 1
+            self.conn.send(message)
+
+    def _encode(self, m: Elements) -> ShmElements:
+        # The whole list is one pickle (one call, not one per element); large buffers of every
+        # element go to the message's segment.
+        w = self.writer
+        fallback = None
+        if w is not None:
+            try:
+                w.add(m.elements)
+                name, payloads, layouts = w.finish()
+                return ShmElements(
+                    m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks
+                )
+            except shm.ShmFullError as e:
+                w.pass_through()
+                fallback = str(e)
+        return ShmElements(
+            m.seq,
+            m.generation,
+            m.state,
+            m.skip,
+            None,
+            [_dumps(m.elements)],
+            [()],
+            m.marks,
+            fallback,
+        )
+
+    def receive(self, timeout: float | None) -> Any:
+        if self.credits_in:
+            return self.credits_in.popleft()
+        conn = self.conn
+        fds = [self.conn_fd, self.credit_fd]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select(fds, [], [], min(left, 0.5))
+            if self.credit_fd in ready:
+                self._read_credits()
+            if self.conn_fd in ready:
+                return conn.recv()
+            if self.credits_in:
+                return self.credits_in.popleft()
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            if not _alive(self.consumer_pid):
+                raise EOFError("the consumer is gone")
+
+    def _read_credits(self) -> None:
+        """Applies the released counts on the credit pipe and queues its latest credit."""
+        try:
+            data = os.read(self.credit_fd, _READ_RECORDS)
+        except BlockingIOError:
+            return
+        if not data:
+            raise EOFError("the consumer is gone")
+        data = self.partial + data
+        end = len(data) - len(data) % _RECORD_SIZE
+        self.partial = data[end:]  # never a torn record (atomic writes); kept for safety
+        released = -1
+        latest: Consumed | None = None
+        for generation, count in CreditRecord.FORMAT.iter_unpack(data[:end]):
+            if generation == CreditRecord.RELEASED:
+                released = max(released, count)
+            elif latest is None or (generation, count) >= (latest.generation, latest.elements):
+                latest = Consumed(generation, count)
+        if released > self.released and self.writer is not None:
+            with self.lock:
+                while self.released < released:
+                    self.writer.release_oldest()
+                    self.released += 1
+        if latest is not None:
+            self.credits_in.append(latest)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _dumps(x: Any) -> bytes:
+    try:
+        return pickle.dumps(x, protocol=5)
+    except Exception:
+        import cloudpickle
+
+        return cloudpickle.dumps(x, protocol=5)
+
+
+def _alive(pid: int) -> bool:
+    if os.name != "posix":  # os.kill(pid, 0) would end the process there: ask multiprocessing
+        parent = mp.parent_process()
+        return parent is None or parent.is_alive()
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _die_with_parent(consumer_pid: int, prefix: str) -> None:
+    """The worker ends when its consumer does, unlinking its segments: ``SIGTERM`` does that at
+    once; Linux sends it when the worker's parent (the consumer, or the forkserver, which exits with
+    the consumer) dies (``PR_SET_PDEATHSIG``); a watchdog thread checks the consumer's pid too."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        shm.sweep(prefix)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
+
+    def watch() -> None:
+        while _alive(consumer_pid):
+            time.sleep(_WATCHDOG_SECONDS)
+        shm.sweep(prefix)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="grain_core-mp-watchdog", daemon=True).start()
+
+
+def restore_environment() -> None:
+    """In a new helper interpreter: undoes what :func:`grain_core.runtime.processes._worker_start` set for the start and applies
+    the consumer's ``sys.path`` (the forkserver's preload calls it before plugin discovery)."""
+    import json
+
+    raw = os.environ.pop(SYS_PATH_ENV, None)
+    if raw is None:
+        return
+    try:
+        saved = json.loads(raw)
+        sys.path[:] = [str(p) for p in saved["sys_path"]]
+        if saved.get("safe_path") is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = str(saved["safe_path"])
+    except (ValueError, KeyError, TypeError):
+        pass
+
+
+def worker_main(boot: Boot) -> None:
+    """Entry point of a worker process; returns when stopped or orphaned."""
+    restore_environment()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle.
+    _die_with_parent(boot.consumer_pid, boot.prefix)
+    endpoint = _WorkerEndpoint(boot)
+    try:
+        boot.job.environment.apply()
+        WorkerLoop(boot.job, boot.index, endpoint, size_of=tree.nbytes).run()
+    except (EOFError, OSError):
+        pass  # the consumer went away
+    finally:
+        endpoint.close()
+        shm.sweep(boot.prefix)
+        for c in (boot.conn, boot.credits):
+            try:
+                c.close()
+            except Exception:
+                pass
