@@ -27,7 +27,7 @@ from typing import Any
 
 from grain_core import tree
 from grain_core.options import MultiprocessingOptions, ReadOptions
-from grain_core.runtime.api import AHEAD_BYTES
+from grain_core.runtime.worker import AHEAD_BYTES
 
 __all__ = ["PerformanceConfig", "pick_performance_config"]
 

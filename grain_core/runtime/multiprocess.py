@@ -38,8 +38,10 @@ from grain_core.dataset.base import DatasetIterator, IterDataset
 from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.sharing import worker_share
 from grain_core.options import MultiprocessingOptions
-from grain_core.runtime.api import RoundRobinConsumer, Runtime, WorkerError, WorkerJob
+from grain_core.runtime.consumer import RoundRobinConsumer
+from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.processes import START_METHOD_ENV, ProcessRuntime
+from grain_core.runtime.transport import Runtime, WorkerError
 from grain_core.validation import check_instance
 
 __all__ = [
