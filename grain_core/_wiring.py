@@ -17,7 +17,8 @@ from grain_core import (
     debug,
     element_spec,  # noqa: F401 -- installs element-spec inference into the kernel
 )
-from grain_core.dataset.base import IterDataset, MapDataset, installed
+from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.locator import installed
 from grain_core.plugins import registry
 
 __all__: list[str] = []

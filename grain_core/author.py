@@ -44,7 +44,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _MODULES: dict[str, tuple[str, ...]] = {
-    "grain_core.dataset.base": ("DatasetIterator", "IterDataset", "MapDataset"),
+    "grain_core.dataset.base": ("IterDataset", "MapDataset"),
+    "grain_core.dataset.iterator": ("DatasetIterator",),
     "grain_core.dataset.stages": (
         "ManyParentIterDataset",
         "ManyParentIterator",
@@ -186,8 +187,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the same names, for type checkers
-    from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+    from grain_core.dataset.base import IterDataset, MapDataset
     from grain_core.dataset.chunking import CHUNK_BYTES
+    from grain_core.dataset.iterator import DatasetIterator
     from grain_core.dataset.sharing import (
         WorkerShare,
         claim_worker_share,

@@ -53,6 +53,7 @@ from grain_core.dataset import (
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.cache import CacheIterDataset
 from grain_core.dataset.elastic_iterator import ElasticIterator
+from grain_core.dataset.locator import installed
 from grain_core.dataset.sequential import ContiguousShareMapDataset
 from grain_core.validation import check_instance
 
@@ -211,7 +212,7 @@ def _infer(ds: Any) -> Any:
     )
 
 
-base.installed.install(infer_element_spec=_infer)
+installed.install(infer_element_spec=_infer)
 _INFERRED = base._inferred_element_spec()
 
 

@@ -453,7 +453,7 @@ def explain_stage_difference(saved: Any, current: Any) -> str | None:
 
     ``saved`` / ``current`` are the ``stages`` fields of two states: one JSON string per
     ``MapDataset`` stage (``{"stage": class name, "length": n, field: value, ...}``, see
-    ``grain_core.dataset.base.stage_descriptions``). Returns e.g. ``"BatchMapDataset batch_size 32
+    ``grain_core.dataset.fingerprints.stage_descriptions``). Returns e.g. ``"BatchMapDataset batch_size 32
     vs 64"``; ``None`` when either list is missing or malformed or nothing differs.
     """
     if not isinstance(saved, list) or not isinstance(current, list):

@@ -139,19 +139,19 @@ def test_the_scan_catches_each_kind_of_private_use():
 import grain_core as grain
 import grain_core.dataset.base as base
 from grain_core import seeds as _seeds
-from grain_core.dataset.base import _SeedLineage
+from grain_core.dataset.base import _as_parents
 
 class S(grain.MapDataset):
     def _getitem(self, i):
         return self._parents[0]._getitem(i)
 
     def _fingerprint_fields(self):
-        return (self._resolve_seed(None), _seeds._splitmix64(1), base._DEFAULT_BASE_SEED)
+        return (self._resolve_seed(None), _seeds._splitmix64(1), base._plugin_factory)
 '''
     found = list(violations(bad, private))
     text = "\n".join(found)
-    for what in ("_SeedLineage", "def _getitem", "._parents", "def _fingerprint_fields",
-                 "._resolve_seed", "_seeds._splitmix64", "base._DEFAULT_BASE_SEED"):
+    for what in ("_as_parents", "def _getitem", "._parents", "def _fingerprint_fields",
+                 "._resolve_seed", "_seeds._splitmix64", "base._plugin_factory"):
         assert what in text, (what, found)
     good = '''
 import grain_core as grain

@@ -52,7 +52,7 @@ def _tr(name: str) -> str:
 _DS = "grain_core.dataset.base:"
 _EXP = "grain_core.experimental:"
 _ATTRS = "grain_core.dataset.grain_attrs:"
-_KERNEL = "grain_core.dataset.base:installed."  # the kernel's stage classes, by their kind
+_KERNEL = "grain_core.dataset.locator:installed."  # the kernel's stage classes, by their kind
 
 #: Grain module path -> {Grain name: "grain_core module:attribute"}.
 PRIVATE_PATHS: dict[str, dict[str, str]] = {
@@ -137,7 +137,7 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
     "grain._src.python.dataset.dataset": {
         "MapDataset": _DS + "MapDataset",
         "IterDataset": _DS + "IterDataset",
-        "DatasetIterator": _DS + "DatasetIterator",
+        "DatasetIterator": "grain_core.dataset.iterator:DatasetIterator",
         "MapDatasetMeta": _DS + "MapDatasetMeta",
         "IterDatasetMeta": _DS + "IterDatasetMeta",
         "WithOptionsIterDataset": _EXP + "WithOptionsIterDataset",

@@ -6,15 +6,17 @@ Public helpers for plugins and the runtime:
 * :class:`PrefetchDatasetIterator` — the ``to_iter_dataset`` iterator; ``set_slice`` makes a worker
   read every ``count``-th index.
 
-Importing this package installs the stage classes into ``base.installed``, which the methods of
+Importing this package installs the stage classes into ``locator.installed``, which the methods of
 ``MapDataset`` and ``IterDataset`` build (``base`` never imports the modules that import it).
 """
 
 from __future__ import annotations
 
 from grain_core.dataset import apply, batch_ops, describe, filter_ops, iter_ops, map_ops, mixing
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, installed
+from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.filter_ratio import FilterRatioError
+from grain_core.dataset.iterator import DatasetIterator
+from grain_core.dataset.locator import installed
 from grain_core.dataset.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from grain_core.dataset.trees import dataset_tree, iterator_tree
 

@@ -1,4 +1,5 @@
-"""The three dataset protocols: ``MapDataset``, ``IterDataset`` and ``DatasetIterator``.
+"""The dataset protocols ``MapDataset`` and ``IterDataset`` (``DatasetIterator``, the iterator they
+return, lives in :mod:`grain_core.dataset.iterator`).
 
 ``MapDataset`` is a lazy, immutable, infinite ``Sequence``: ``len`` is one epoch, ``ds[i]`` for
 ``i >= len`` reads later epochs, ``ds.__getitems__(indices)`` reads many indices at once and may return
@@ -6,84 +7,38 @@
 returns a checkpointable ``DatasetIterator``.
 
 Transformations are methods returning new datasets; their implementations live in sibling modules
-(and, for ``mp_prefetch`` and ``save``/``load``, in the runtime and checkpoint layers above), which
-import this module. This module never imports them: they install themselves into :data:`installed`
-(see ``docs/architecture.md``). Plugin-provided factories (``MapDataset.range``) resolve through the
-metaclass.
+(and, for ``mp_prefetch``, in the runtime layer above), which import this module. This module never
+imports them: they install themselves into the stage locator
+(:data:`grain_core.dataset.locator.installed`, see ``docs/architecture.md``). Plugin-provided
+factories (``MapDataset.range``) resolve through the metaclasses. Seeds follow the lineage
+:mod:`grain_core.dataset.seed_lineage` records.
 """
 
 from __future__ import annotations
 
 import abc
-import functools
 import inspect
-import json
 import operator
 import sys
-import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from grain_core import grain_states as _grain_states
 from grain_core import seeds as _seeds
-from grain_core import state as _state
-from grain_core.dataset.concurrency import guard_class
-from grain_core.dataset.grain_attrs import DatasetAttrs, IteratorAttrs, route_getitems
-from grain_core.state import StateField
+from grain_core.dataset.grain_attrs import DatasetAttrs, route_getitems
+from grain_core.dataset.iterator import DatasetIterator
+from grain_core.dataset.locator import installed, user_iter
+from grain_core.dataset.seed_lineage import SeedLineage, fallback_seed
 from grain_core.suggest import did_you_mean
 from grain_core.validation import check_instance
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from grain_core.options import DatasetOptions, MultiprocessingOptions, ReadOptions
+    from grain_core.options import MultiprocessingOptions, ReadOptions
     from grain_core.transforms import DatasetSelectionMap
 
 T = TypeVar("T")
 S = TypeVar("S")
-
-
-class _Installed:
-    """The stage classes and functions this module's methods build, installed by the modules that
-    define them: ``grain_core.dataset`` installs its own stages, ``grain_core._wiring`` the runtime's
-    and checkpoint's. Importing ``grain_core`` (or any of its modules) installs all of them, so the
-    dependency points up only at run time, never as an import."""
-
-    def install(self, **implementations: Any) -> None:
-        vars(self).update(implementations)
-
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(
-            f"grain_core's {name} is not installed: import grain_core (not grain_core.dataset.base "
-            "alone, e.g. from a file path) to wire the kernel's layers together."
-        )
-
-
-installed = _Installed()
-
-
-_iter_local = threading.local()
-
-
-def _user_iter(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Wraps a dataset class's ``__iter__`` so Grain's debug options (``grain_core.debug``,
-    installed as ``debug_iterator``) see the iterators a user creates."""
-
-    @functools.wraps(fn)
-    def __iter__(self: Any) -> Any:
-        # Only module-level functions here: cloudpickle sends a class defined in __main__ with
-        # its methods by value, with the globals they name (a thread-local would not pickle).
-        return _call_iter(self, fn)
-
-    __iter__._grain_core_user_iter = True  # type: ignore[attr-defined]
-    return __iter__
-
-
-def _call_iter(ds: Any, fn: Callable[[Any], Any]) -> Any:
-    hook = installed.__dict__.get("debug_iterator")
-    if hook is None or getattr(_iter_local, "inside", False):
-        return fn(ds)
-    return hook(ds, fn, _iter_local)
 
 
 def _inferred_element_spec() -> Any:
@@ -91,9 +46,7 @@ def _inferred_element_spec() -> Any:
     return _DatasetBase.__dict__["_element_spec"]
 
 
-__all__ = ["MapDataset", "IterDataset", "DatasetIterator", "stage_descriptions"]
-
-_DEFAULT_BASE_SEED = 0
+__all__ = ["MapDataset", "IterDataset", "DatasetIterator"]
 
 
 def _as_parents(parents: Any) -> tuple[Any, ...]:
@@ -102,32 +55,8 @@ def _as_parents(parents: Any) -> tuple[Any, ...]:
     return tuple(parents)
 
 
-class _SeedLineage:
-    """Where a dataset sits below ``seed()`` calls: the pipeline seeds it sees and its depth."""
-
-    __slots__ = ("seeds", "depth")
-
-    def __init__(self, seeds: tuple[int, ...], depth: int):
-        self.seeds = seeds
-        self.depth = depth
-
-    @classmethod
-    def below(cls, parents: Sequence[Any]) -> _SeedLineage:
-        seeds: list[int] = []
-        depth = 0
-        for p in parents:
-            lin = getattr(p, "_lineage", None)
-            if lin is None:
-                continue
-            for s in lin.seeds:
-                if s not in seeds:
-                    seeds.append(s)
-            depth = max(depth, lin.depth + 1)
-        return cls(tuple(seeds), depth)
-
-
 class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_attrs.py
-    _lineage: _SeedLineage
+    _lineage: SeedLineage
 
     def __init__(self, parents: Any = ()):
         self._parents = _as_parents(parents)
@@ -138,7 +67,7 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
                 f"{type(self).__name__} parents",
                 expected="MapDataset or IterDataset",
             )
-        self._lineage = _SeedLineage.below(self._parents)
+        self._lineage = SeedLineage.below(self._parents)
 
     @property
     def parents(self) -> Sequence[Any]:
@@ -171,7 +100,7 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
         derived = self._default_seed
         if derived is not None:
             return derived
-        return _seeds.derive_seed((_DEFAULT_BASE_SEED,), self._lineage.depth)
+        return fallback_seed(self._lineage)
 
     def _resolve_seed(self, seed: int | None) -> int:
         """Kernel-internal alias of :meth:`resolve_seed`."""
@@ -323,7 +252,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         get = self._getitem
         return [get(int(i)) for i in indices]
 
-    @_user_iter
+    @user_iter
     def __iter__(self) -> DatasetIterator[T]:
         return self.to_iter_dataset().__iter__()
 
@@ -430,7 +359,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__iter__")
         if own is not None and not getattr(own, "_grain_core_user_iter", False):
-            cls.__iter__ = _user_iter(own)  # type: ignore[method-assign]
+            cls.__iter__ = user_iter(own)  # type: ignore[method-assign]
 
     def __init__(self, parents: Any = ()):
         super().__init__(parents)
@@ -505,301 +434,6 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
             "IterDataset.prefetch is deprecated; use mp_prefetch.", DeprecationWarning, stacklevel=2
         )
         return self.mp_prefetch(multiprocessing_options)
-
-
-class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
-    """A stateful, checkpointable iterator. Not thread-safe: use it from one thread at a time (a
-    second thread calling ``next``/``next_chunk``/``get_state``/``set_state`` while another is inside
-    gets :class:`~grain_core.dataset.concurrency.ConcurrentIteratorUseError`, never a hang).
-
-    ``get_state()`` returns a JSON-serialisable dict (see :mod:`grain_core.state`); ``set_state`` on a
-    fresh iterator of the same pipeline continues with exactly the same elements.
-    """
-
-    #: True for iterators with one parent that return exactly one element per parent element, in
-    #: order, and whose state is either the parent's state or ``{"kind", "parent", ...}`` where an
-    #: int field ``count`` (if any) is the number of elements returned and every other field is
-    #: identifying (a seed). Elastic restore (``grain_core.runtime.elastic``) relies on it.
-    one_to_one: bool = False
-
-    #: The give-back capability of the chunk protocol: True where :meth:`unread` works. A stage
-    #: implementing ``unread`` sets it on the class, or per instance where it depends on the
-    #: parents (``self.can_unread = parent.can_unread``).
-    can_unread: bool = False
-
-    def __init__(self, parents: DatasetIterator | Sequence[DatasetIterator] = ()):
-        self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)
-        self._options: DatasetOptions | None = None
-
-    @property
-    def parents(self) -> Sequence[DatasetIterator]:
-        """The iterators this one reads from."""
-        return self._parents
-
-    def __iter__(self) -> DatasetIterator[T]:
-        return self
-
-    @abc.abstractmethod
-    def __next__(self) -> T: ...
-
-    def next_chunk(self, max_elements: int) -> list[T]:
-        """Returns the next 1 to ``max_elements`` elements, in order, as a list.
-
-        Raises ``StopIteration`` when the iterator is exhausted. Afterwards ``get_state()`` is the
-        position after the last element returned, exactly as after the same number of ``next()``
-        calls, and ``next()`` and ``next_chunk()`` calls may be mixed freely.
-
-        This is the chunk protocol of the stage-author API: a stage that works on whole lists
-        (``map``, ``filter``, ``batch``, the packers, ...) pulls chunks from its parent and returns
-        chunks, so per-element Python overhead is paid once per chunk. This default returns one
-        element from ``next()``, so every iterator supports the protocol; override it when the stage
-        can produce several elements at once more cheaply. How many elements come back is up to the
-        stage (fewer than asked is always allowed), never which ones.
-        """
-        return [self.__next__()]
-
-    def unread(self, count: int) -> None:
-        """Gives back the last ``count`` elements the latest ``next()``/``next_chunk()`` returned.
-
-        Only where :attr:`can_unread` is true, right after that call (no other call between but
-        ``unread``), and in total over several calls at most the elements it returned. Afterwards
-        ``get_state()`` and the elements that follow are as if they had never been returned. A
-        stage reading chunks gives back what it read past a failure, so states stay exact. The
-        default (``can_unread`` False) raises ``TypeError``: read such a parent one at a time.
-        """
-        raise TypeError(
-            f"{type(self).__name__} cannot unread (its can_unread is False): read it one element "
-            "at a time, or implement unread() and set can_unread = True."
-        )
-
-    @abc.abstractmethod
-    def get_state(self) -> dict[str, Any]:
-        """Returns the current position as a JSON-serialisable dict."""
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Moves to the position ``state`` describes (a dict from ``get_state`` of this pipeline).
-
-        The kernel's protocol, the same for every stage: (1) every value of ``state`` is checked
-        against the type of its counterpart in this iterator's own ``get_state()``
-        (:func:`grain_core.state.check_state_types`: ``next_index="3"``, ``3.5`` or ``True`` are
-        refused); (2) :meth:`check_state` validates the stage's declared fields, without changing
-        anything; (3) :meth:`restore_state` moves the iterator. If (3) raises, the iterator is
-        put back where it was, so a refused state leaves every stage untouched: it then emits
-        exactly what it would have. Stages implement :meth:`check_state` / :meth:`restore_state`;
-        a subclass that overrides ``set_state`` itself (Grain style) gets (1) and the rollback too.
-        """
-        if (
-            type(self).restore_state is DatasetIterator.restore_state
-            and type(self).set_state is not DatasetIterator.set_state
-        ):
-            return  # a Grain-style set_state calling super(): the base has nothing to restore
-        self.check_state(state)
-        self.restore_state(state)
-
-    def state_fields(self) -> Mapping[str, StateField] | None:
-        """The fields of this stage's state and how to validate them (``None``: not declared).
-
-        A stage returns ``{name: StateField...}`` for every field its ``get_state()`` returns
-        besides ``kind``; :meth:`check_state` then refuses a state whose fields are missing, of the
-        wrong type, out of range, or (identity fields) different from this pipeline's, before
-        anything changes. See :class:`grain_core.state.StateField`.
-        """
-        return None
-
-    @property
-    def state_kind(self) -> str:
-        """The ``kind`` this stage's states carry: the ``kind`` attribute, else the class name."""
-        return getattr(self, "kind", "") or type(self).__name__
-
-    def check_state(self, state: Any) -> None:
-        """Raises if ``state`` does not fit this iterator; never changes anything.
-
-        The default checks the fields :meth:`state_fields` declares (parent fields with the
-        parents' own ``check_state``). Override it (calling ``super()``) for checks between fields
-        (``turn < cycle_length``); checks that need data (replaying a window) belong in
-        :meth:`restore_state`, which is rolled back when it raises.
-        """
-        fields = self.state_fields()
-        if fields is None:
-            return
-        parents = self._parents
-
-        def check_parent(index: int, sub: Any) -> None:
-            if sub is not None:
-                parents[index].check_state(sub)
-
-        _state.check_state_fields(
-            state, self.state_kind, fields, self.get_state(), check_parent=check_parent
-        )
-
-    def restore_state(self, state: Mapping[str, Any]) -> None:
-        """Moves this iterator (and its parents) to ``state``, already checked by
-        :meth:`check_state`. Stages implement this; the kernel's :meth:`set_state` calls it and rolls
-        it back if it raises."""
-        raise NotImplementedError(
-            f"{type(self).__name__} implements neither restore_state nor set_state."
-        )
-
-    def __init_subclass__(cls, **kwargs: Any):
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("set_state")
-        if own is not None and not getattr(own, "_grain_atomic", False):
-            cls.set_state = _atomic_set_state(own)  # type: ignore[method-assign,assignment]
-        guard_class(cls, _GUARDED)  # one thread at a time (grain_core.dataset.concurrency)
-
-    def start_prefetch(self) -> None:
-        """Starts producing elements in the background, where the iterator can (else a no-op)."""
-        for p in self._parents:
-            p.start_prefetch()
-
-    def close(self) -> None:
-        """Releases threads, processes and files this iterator holds. Idempotent."""
-        self._closed = True
-        for p in self._parents:
-            p.close()
-
-    def __enter__(self) -> DatasetIterator[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def options(self) -> DatasetOptions | None:
-        """The pipeline-wide ``DatasetOptions`` applied to this iterator, or ``None``."""
-        return self._options
-
-    def apply_options(self, options: DatasetOptions) -> None:
-        """Applies pipeline-wide options to this iterator and everything upstream of it.
-
-        The kernel calls it on the iterator below ``with_options``; it merges ``options`` into
-        :attr:`options` and calls it on every parent. A stage that opens iterators which are not
-        its parents (one per file, say) calls ``it.apply_options(self.options)`` on each when
-        :attr:`options` is set, and overrides this method (calling ``super()``) to pass later
-        options on to the ones already open.
-        """
-        self._options = options.merge(self._options) if self._options else options
-        for p in self._parents:
-            p.apply_options(options)
-
-    def _apply_options(self, options: DatasetOptions) -> None:
-        """Kernel-internal alias of :meth:`apply_options`."""
-        self.apply_options(options)
-
-    def save(self, directory: Any) -> Coroutine[Any, Any, None]:
-        """Returns a coroutine writing ``get_state()`` as of this call into ``directory``.
-
-        The state is captured before returning (not when the coroutine runs), as Orbax expects.
-        """
-        return installed.save_iterator_state(self, directory)
-
-    async def load(self, directory: Any) -> None:
-        """Reads a state written by :meth:`save` from ``directory`` and sets it."""
-        await installed.load_iterator_state(self, directory)
-
-
-_rollback = threading.local()
-
-
-def _atomic_set_state(set_state: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    """Wraps a ``set_state``: types checked first, and the iterator put back if it raises.
-
-    Only the outermost ``set_state`` of a call tree snapshots and rolls back (its rollback restores
-    every stage below it), so a chain of ``n`` stages costs one extra ``get_state``, not ``n``.
-    """
-
-    @functools.wraps(set_state)
-    def atomic(self: DatasetIterator, state: Any) -> None:
-        if _grain_states.is_grain_state(state):
-            # A state Grain's equivalent iterator saved: rewritten against this iterator's own
-            # (a user-written iterator whose own states have no kind keeps it as it is).
-            template = self.get_state()
-            if not _grain_states.is_grain_state(template):
-                try:
-                    state = _grain_states.from_grain_state(state, template)
-                except _state.StateMismatchError:
-                    if _grain_states.is_grain_mp_state(state):
-                        raise  # no stage reads Grain's mp_prefetch states itself
-                    # Not a shape grain_states knows: stages that read Grain states themselves
-                    # (ElasticIterator, ...) get it as it is; the others refuse it below.
-        if getattr(_rollback, "armed", False):
-            set_state(self, state)
-            return
-        try:
-            before = self.get_state()
-        except Exception:  # nothing to go back to (e.g. a closed iterator): its own errors apply
-            set_state(self, state)
-            return
-        _state.check_state_types(before, state)
-        _rollback.armed = True
-        try:
-            set_state(self, state)
-        except BaseException as error:
-            try:
-                unchanged = self.get_state() == before
-            except Exception:
-                unchanged = False
-            if not unchanged:
-                try:
-                    set_state(self, before)
-                except Exception as again:
-                    error.add_note(
-                        f"Putting {type(self).__name__} back where it was failed too ({again!r}); "
-                        "create a new iterator before using it."
-                    )
-            if isinstance(error, StopIteration):  # never let set_state look like exhaustion
-                raise _state.StateMismatchError(
-                    f"{type(self).__name__}: the state points past the end of the input it replays: "
-                    "it comes from a different pipeline or was altered. The iterator is unchanged."
-                ) from error
-            raise
-        finally:
-            _rollback.armed = False
-
-    atomic._grain_atomic = True  # type: ignore[attr-defined]
-    return atomic
-
-
-DatasetIterator.set_state = _atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign,assignment]
-_GUARDED = ("__next__", "next_chunk", "get_state", "set_state")
-guard_class(DatasetIterator, _GUARDED)
-
-
-def _describe_value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) > 120:  # a long source description: a readable head and a digest of the rest
-        text = f"{text[:100]}...{_state.fingerprint(text)}"
-    return text
-
-
-def stage_descriptions(ds: MapDataset) -> list[str]:
-    """One JSON string per stage of ``ds``'s ``MapDataset`` chain, ``ds`` first, depth first:
-    ``{"stage": class name, "length": len (-1: infinite), **fingerprint_fields()}``.
-
-    A ``to_iter_dataset`` state records these next to its fingerprint, so that a refused state says
-    which field of which stage differs (:func:`grain_core.state.explain_stage_difference`).
-    Strings, so that :func:`grain_core.state.check_same_pipeline` never compares them itself.
-    """
-    out: list[str] = []
-
-    def visit(d: MapDataset) -> None:
-        n = len(d)
-        entry: dict[str, Any] = {"stage": type(d).__name__, "length": -1 if n >= sys.maxsize else n}
-        if type(d)._fingerprint_fields is MapDataset._fingerprint_fields:
-            fields = d.fingerprint_fields()
-        else:  # a kernel stage with unnamed fields
-            fields = {"fields": d._fingerprint_fields()} if d._fingerprint_fields() else {}
-        for key, value in fields.items():
-            entry[str(key)] = _describe_value(value)
-        out.append(json.dumps(entry, separators=(",", ":")))
-        for p in d.parents:
-            if isinstance(p, MapDataset):
-                visit(p)
-
-    visit(ds)
-    return out
 
 
 def infinite_length() -> int:

@@ -8,9 +8,11 @@ from typing import Any
 from grain_core import seeds as _seeds
 from grain_core import state as _state
 from grain_core import transforms as tr
-from grain_core.dataset.base import DatasetIterator, IterDataset, _SeedLineage
+from grain_core.dataset.base import IterDataset
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import can_unread, unread
+from grain_core.dataset.iterator import DatasetIterator
+from grain_core.dataset.seed_lineage import SeedLineage
 from grain_core.dataset.sharing import current_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_instance
@@ -332,7 +334,7 @@ class SeedIterDataset(_OneParentIterDataset):
         super().__init__(parent)
         self._seed = _seeds.validate_seed(seed, bounded=False)
         self._seed_rng_seed = self._seed  # read by grain_core.seeds.default_seed
-        self._lineage = _SeedLineage((self._seed,), 0)
+        self._lineage = SeedLineage((self._seed,), 0)
 
     def __iter__(self):
         return _PassThroughIterator(iter(self._parent))

@@ -15,8 +15,9 @@ from grain_core import seeds as _seeds
 from grain_core import shuffle_cipher as _cipher
 from grain_core import transforms as tr
 from grain_core import tree
-from grain_core.dataset.base import MapDataset, _SeedLineage
+from grain_core.dataset.base import MapDataset
 from grain_core.dataset.callables import as_callable
+from grain_core.dataset.seed_lineage import SeedLineage
 from grain_core.dataset.sequential import even_split
 from grain_core.validation import ArgumentTypeError, check_int
 
@@ -135,7 +136,7 @@ class SeedMapDataset(MapDataset):
         super().__init__(parent)
         self._seed = _seeds.validate_seed(seed, bounded=False)
         self._seed_rng_seed = self._seed  # read by grain_core.seeds.default_seed
-        self._lineage = _SeedLineage((self._seed,), 0)
+        self._lineage = SeedLineage((self._seed,), 0)
         self._parent = parent
 
     def __len__(self):

@@ -67,10 +67,11 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core import tree
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset, stage_descriptions
+from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.chunking import CHUNK_BYTES
 from grain_core.dataset.filter_ratio import FilterRatioCheck
-from grain_core.dataset.fingerprints import map_fingerprint
+from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
 from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
