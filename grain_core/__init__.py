@@ -13,7 +13,8 @@ from __future__ import annotations
 # _safepath first: it records sys.path as this process started; _wiring connects the layers
 # (docs/architecture.md).
 from grain_core import _safepath, _wiring, experimental, sources, transforms  # noqa: F401
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.lazy import lazy_module_attrs
 from grain_core.options import DatasetOptions, MultiprocessingOptions, ReadOptions
 from grain_core.sources import RandomAccessDataSource

@@ -32,8 +32,9 @@ from grain_core import global_config as _config
 from grain_core import grain_states as _grain_states
 from grain_core import state as _state
 from grain_core import transforms as tr
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.concurrency import guard_class
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.map_ops import source_identity
 from grain_core.operations import apply_on_records, as_transform, is_custom_operation
 from grain_core.options import MultiprocessingOptions, ReadOptions

@@ -380,7 +380,7 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
             _rec.elements += 1
             return x
 
-    from grain_core.dataset.base import DatasetIterator
+    from grain_core.dataset.iterator import DatasetIterator
 
     ns: dict[str, Any] = {"__next__": __next__}
     orig_chunk = type(it).next_chunk

@@ -42,7 +42,8 @@ import numpy as np
 
 from grain_core import state as _state
 from grain_core import transforms as tr
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.sharing import worker_share
 from grain_core.operations import is_custom_operation
 from grain_core.runtime.elastic import MP_KIND, NotElasticError, leaf_state

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.base import IterDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.validation import check_int
 
 __all__ = ["CacheIterDataset"]

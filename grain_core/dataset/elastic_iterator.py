@@ -25,7 +25,8 @@ from typing import Any
 
 from grain_core import state as _state
 from grain_core.dataset import dataset_tree
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.map_ops import FilterMapDataset
 from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.sharding import ShardOptions

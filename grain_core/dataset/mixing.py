@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.chunking import can_unread, give_back_inflight, mix_chunk
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.transforms import DatasetSelectionMap
 
 

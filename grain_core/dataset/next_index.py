@@ -3,7 +3,7 @@ next, read from (or set on) the iterator itself or the one ``to_iter_dataset`` s
 
 from __future__ import annotations
 
-from grain_core.dataset.base import DatasetIterator
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.prefetch import PrefetchDatasetIterator
 from grain_core.dataset.trees import iterator_tree
 from grain_core.validation import check_int

@@ -23,7 +23,7 @@ from typing import Any
 from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core import tree
-from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.base import IterDataset
 from grain_core.dataset.batch_ops import _check_batch_size_field, _SnapshotIterator
 from grain_core.dataset.chunking import can_unread, unread
 from grain_core.dataset.iter_ops import (
@@ -31,6 +31,7 @@ from grain_core.dataset.iter_ops import (
     _OneParentIterator,
     _OneParentIterDataset,
 )
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.validation import check_int
 
 __all__ = ["RebatchIterDataset", "RepeatIterDataset", "ZipIterDataset"]

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.state import StateField
 from grain_core.validation import check_instance
 

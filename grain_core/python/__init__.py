@@ -23,7 +23,8 @@ from grain_core.constants import (
     RECORD_KEY,
     SEED,
 )
-from grain_core.dataset.base import DatasetIterator, IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.operations import (
     BatchOperation,
     FilterOperation,

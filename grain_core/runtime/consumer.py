@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 
 from grain_core import grain_states as _grain_states
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.base import IterDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.runtime import elastic
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import (

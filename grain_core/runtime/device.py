@@ -21,7 +21,8 @@ import collections
 from typing import Any
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.base import IterDataset
+from grain_core.dataset.iterator import DatasetIterator
 
 __all__ = ["device_put", "DevicePutIterDataset"]
 

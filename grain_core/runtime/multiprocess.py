@@ -34,7 +34,8 @@ import os
 from collections.abc import Callable
 from typing import Any, cast
 
-from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.base import IterDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.sharing import worker_share
 from grain_core.options import MultiprocessingOptions

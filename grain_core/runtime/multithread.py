@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from grain_core import state as _state
-from grain_core.dataset.base import DatasetIterator, IterDataset
+from grain_core.dataset.base import IterDataset
+from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.sharing import worker_share
 from grain_core.runtime.thread_prefetch import ThreadPrefetchDatasetIterator
 from grain_core.validation import check_instance, check_int

@@ -262,7 +262,7 @@ def check_chunk_path(
     """Asserts that ``next_chunk(n)`` gives the elements (and, after each chunk, the state) that
     ``next()`` gives, over the first ``max_elements`` elements. Returns False, checking nothing,
     where the kernel has no chunk protocol."""
-    from grain_core.dataset.base import DatasetIterator
+    from grain_core.dataset.iterator import DatasetIterator
 
     if not hasattr(DatasetIterator, "next_chunk"):
         return False
