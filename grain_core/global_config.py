@@ -39,6 +39,7 @@ __all__ = [
     "OPTION_DEFAULTS",
     "config",
     "grain_exact",
+    "grain_exact_opted_out",
     "mode_fields",
     "mode_switch_hint",
 ]
@@ -199,6 +200,14 @@ def grain_exact() -> bool:
     """Whether a stage built now reproduces Grain 0.2.18's output bugs included (the
     ``grain_exact`` option; see the module docstring). Stages call it in ``__init__``."""
     return bool(config.grain_exact)
+
+
+def grain_exact_opted_out() -> bool:
+    """Whether ``grain_exact`` was set to False explicitly (``update``, ``override`` or the
+    environment): then a state written by google grain is refused instead of switching the
+    iterator restoring it to Grain-exact data (see :mod:`grain_core.dataset.grain_exact_switch`)."""
+    with config._lock:
+        return "grain_exact" in config._explicit and not config._values["grain_exact"]
 
 
 #: The stage-description field (a ``fingerprint_fields`` entry, so a state records it) through which

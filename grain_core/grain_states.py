@@ -14,9 +14,12 @@ call it when they are given a Grain state; nothing else needs to.
 
 Grain's data are Grain-exact data: a Grain state restores into a pipeline built in Grain-exact mode
 (``grain_core.config.grain_exact``, on under the ``import grain`` alias), or into any pipeline
-whose data the mode does not change; a pipeline built in correct mode whose data differ from
-Grain's (its stages record ``data_mode: correct``) refuses it with :class:`StateMismatchError`
-saying how to switch (:func:`check_grain_mode`).
+whose data the mode does not change. Restored into a ``to_iter_dataset`` iterator of a pipeline
+built in correct mode whose data differ from Grain's (its stages record ``data_mode: correct``),
+the translated state is marked ``from_grain`` and the iterator switches those stages to
+Grain-exact mode (:mod:`grain_core.dataset.grain_exact_switch`, with a logged warning), unless
+``grain_exact`` was set to False explicitly: then it is refused with
+:class:`~grain_core.global_config.DataModeError` saying how to switch (:func:`check_grain_mode`).
 
 A Grain state of a stage this module does not know raises :class:`StateMismatchError` naming the
 stage, and changes nothing; a source stage below the known ones receives the Grain state itself
@@ -33,6 +36,7 @@ from grain_core import global_config as _config
 from grain_core.state import StateMismatchError
 
 __all__ = [
+    "FROM_GRAIN_FIELD",
     "GRAIN_DATALOADER_KEYS",
     "GRAIN_MP_PREFETCH_KEYS",
     "MP_PREFETCH_KIND",
@@ -56,6 +60,10 @@ GRAIN_DATALOADER_KEYS = frozenset(
 GRAIN_MP_PREFETCH_KEYS = frozenset(
     {"next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_states", "exhausted"}
 )
+
+#: The field of a ``to_iter_dataset`` state that continues a state written by google grain: the
+#: iterator restoring it reads Grain-exact data (see the module docstring).
+FROM_GRAIN_FIELD = "from_grain"
 
 #: The ``kind`` of grain_core's ``mp_prefetch`` iterator state.
 MP_PREFETCH_KIND = "MultiprocessPrefetchDatasetIterator"
@@ -114,8 +122,12 @@ def _translate(grain: Any, ours: Any, path: str) -> dict[str, Any]:
     if kind == "PrefetchDatasetIterator":
         if "next_index" not in grain:
             raise _unknown(grain, kind, path)
-        check_grain_mode(ours, path)
-        return {**ours, "next_index": _int(grain["next_index"], f"{path}.next_index")}
+        out = {**ours, "next_index": _int(grain["next_index"], f"{path}.next_index")}
+        if _correct_mode_stages(ours):
+            if _config.grain_exact_opted_out():
+                check_grain_mode(ours, path)
+            out[FROM_GRAIN_FIELD] = True  # the iterator switches to Grain-exact data
+        return out
     if kind == "RandomMapIterDataset" and "index_for_rng" in grain:
         return {
             **ours,
@@ -190,17 +202,25 @@ def check_grain_mode(ours: Mapping[str, Any], path: str = "state") -> None:
     Raises:
       grain_core.global_config.DataModeError: saying how to switch to Grain-exact mode.
     """
+    for name in _correct_mode_stages(ours)[:1]:
+        raise _config.DataModeError(
+            f"{path}: this Grain state cannot be restored: the pipeline gives other data "
+            f"than Grain's (at its {name} stage). "
+            f"{_config.mode_switch_hint(_config.GRAIN_EXACT_MODE)}"
+        )
+
+
+def _correct_mode_stages(ours: Mapping[str, Any]) -> list[str]:
+    """The stages of the state ``ours`` that record they were built in correct mode."""
+    names = []
     for text in ours.get("stages") or ():
         try:
             stage = json.loads(text)
         except (TypeError, ValueError):
             continue
         if isinstance(stage, Mapping) and stage.get(_config.MODE_FIELD) == _config.CORRECT_MODE:
-            raise _config.DataModeError(
-                f"{path}: this Grain state cannot be restored: the pipeline gives other data "
-                f"than Grain's (at its {stage.get('stage')} stage). "
-                f"{_config.mode_switch_hint(_config.GRAIN_EXACT_MODE)}"
-            )
+            names.append(str(stage.get("stage")))
+    return names
 
 
 def _int(value: Any, path: str) -> int:

@@ -344,10 +344,15 @@ def test_a_state_records_its_mode_and_is_refused_in_the_other():
     assert list(it) == [6, 7, 9] + [8, 6, 7, 9] * 2
 
 
-def test_a_grain_state_restores_in_grain_exact_mode_and_is_refused_in_correct_mode():
+def test_a_grain_state_restores_in_grain_exact_mode_and_switches_correct_mode():
+    # Built in correct mode: the iterator switches to Grain's data (tests/test_grain_state_switch.py)
     it = iter(_pipeline())
-    with pytest.raises(DataModeError, match="GRAIN_CORE_GRAIN_EXACT=1"):
-        it.set_state({"next_index": 5})
+    it.set_state({"next_index": 5})
+    assert list(it) == RECORDED["cases"]["slice-10-(0, 4, 1)-3"][5:]
+    with _exact(False):  # opted out explicitly: refused
+        it = iter(_pipeline())
+        with pytest.raises(DataModeError, match="GRAIN_CORE_GRAIN_EXACT=1"):
+            it.set_state({"next_index": 5})
     with _exact(True):
         exact_it = iter(_pipeline())
     exact_it.set_state({"next_index": 5})  # Grain's own data from there (recorded)

@@ -71,6 +71,7 @@ from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.chunking import CHUNK_BYTES
 from grain_core.dataset.filter_ratio import FilterRatioCheck
 from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
+from grain_core.dataset.grain_exact_switch import pipeline_for_state
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
 from grain_core.dataset.sequential import contiguous_share
@@ -145,8 +146,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._pool: futures.ThreadPoolExecutor | None = None
         self._closed = False
 
-    def _configure(self, ds: MapDataset) -> None:
+    def _configure(self, ds: MapDataset, built: MapDataset | None = None) -> None:
         self._ds = ds
+        self._built = ds if built is None else built  # ds unless switched to Grain's data
         self._len = len(ds)
         self._fingerprint = map_fingerprint(ds)
         self._stages = stage_descriptions(ds)
@@ -472,16 +474,17 @@ class PrefetchDatasetIterator(DatasetIterator):
             length=self._len if self._len < sys.maxsize else -1,
             next_index=self._position(),
             stages=self._stages,
+            **({} if self._ds is self._built else {"from_grain": True}),
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
-        _state.check_fingerprint(state, "to_iter_dataset", self._fingerprint, self._stages)
-        _state.expect_state(
-            state,
-            "PrefetchDatasetIterator",
-            ("next_index",),
-            fingerprint=self._fingerprint,
-        )
+        # A state continuing google grain's switches to Grain-exact data (grain_exact_switch).
+        switch = pipeline_for_state(state, self._ds, self._built, self._fingerprint)
+        fingerprint, stages = (self._fingerprint, self._stages) if switch is None else (
+            switch.fingerprint, stage_descriptions(switch.ds))
+        state = state if switch is None else switch.state
+        _state.check_fingerprint(state, "to_iter_dataset", fingerprint, stages)
+        _state.expect_state(state, "PrefetchDatasetIterator", ("next_index",), fingerprint=fingerprint)
         index = int(state["next_index"])
         if index < 0 or index > self._len:
             raise _state.StateOutOfRangeError(
@@ -489,6 +492,8 @@ class PrefetchDatasetIterator(DatasetIterator):
                 f"{self._len}. The state comes from another (longer) pipeline or was altered."
             )
         self._cancel_pending()
+        if switch is not None:
+            self._configure(switch.ds, self._built)
         self._next_index = index
         self._reset_buffer()  # restart cold: the first element after a restore comes quickly
         self._cold_left = _RESTORE_INLINE_SECONDS
