@@ -9,7 +9,7 @@ consumer used to hang). Calls from the thread already inside (a stage calling it
 ``get_state()`` from ``set_state()``) and handing an iterator from one thread to another between
 calls are fine.
 
-One home: :class:`~grain_core.dataset.base.DatasetIterator` wraps these methods of every subclass
+One home: :class:`~grain_core.dataset.iterator.DatasetIterator` wraps these methods of every subclass
 with :func:`guarded` (kernel stages, runtime iterators and plugins' iterators alike); other
 iterator-like classes (the ``DataLoader``'s iterator) wrap theirs explicitly.
 
