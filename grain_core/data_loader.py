@@ -396,6 +396,7 @@ class DataLoader:
         if runtime is not None:
             resolve_runtime(runtime)  # an early error for an unknown name or an object no runtime
         self._runtime = runtime
+        self._built_grain_exact = _config.grain_exact()  # the mode (see checkpoint/dataloader_mode)
         self._dataset = self._build(data_source)
 
     @property
@@ -585,7 +586,9 @@ class DataLoaderIterator:
 
     def get_state(self) -> bytes:
         """The position as JSON-encoded bytes."""
-        extra = {}
+        from grain_core.checkpoint.dataloader_mode import loader_mode_fields
+
+        extra = loader_mode_fields(self._loader)  # {"data_mode": "correct"} where it matters
         if self._remaining is not None and not self._remaining.is_whole:
             extra["remaining"] = self._remaining.to_state()
         state = _state.make_state(
@@ -617,10 +620,12 @@ class DataLoaderIterator:
             version=_STATE_VERSION,
             sampler=repr(self._loader.sampler),
         )
+        from grain_core.checkpoint import dataloader_elastic, dataloader_mode
+
+        dataloader_mode.check_loader_state_mode(self._loader, state)  # type: ignore[arg-type]
         if self._it is None:
             self._open()
         assert self._it is not None and isinstance(state, Mapping)  # opened; expect_state checked
-        from grain_core.checkpoint import dataloader_elastic
 
         # Another worker count: the positions still to read, re-split (docs/dataloader.md, "State").
         remaining, inner = dataloader_elastic.plan(self._loader, self._read_from, state)
@@ -652,6 +657,9 @@ class DataLoaderIterator:
                 f"sampler in checkpoint: {state['sampler']}\n"
                 f"sampler in dataloader: {loader.sampler!r}"
             )
+        from grain_core.checkpoint.dataloader_mode import check_grain_loader_state
+
+        check_grain_loader_state(loader)  # a correct-mode loader whose data differ: refused
         so = loader._shard_options
         shards = {"shard_index": so.shard_index, "shard_count": so.shard_count}
         if self._it is None:
