@@ -167,3 +167,63 @@ def read_row_group(
     cols = table_columns(table)
     extra = sum(64 * len(c) for c in cols if c.dtype == object)
     return cols, int(table.nbytes) + extra
+
+
+def null_columns(pf: pq.ParquetFile, columns: list[str]) -> set[str]:
+    """The columns that may hold nulls in ``pf`` (a null count above 0 in a row group's
+    statistics, or no statistics for a nullable column)."""
+    meta, schema = pf.metadata, pf.schema_arrow
+    out = set()
+    for name in columns:
+        idx = pf.schema.names.index(name) if name in pf.schema.names else None
+        for g in range(meta.num_row_groups):
+            if idx is None:
+                out.add(name)
+                break
+            stats = meta.row_group(g).column(idx).statistics
+            if stats is None or not stats.has_null_count:
+                if schema.field(name).nullable:
+                    out.add(name)
+                    break
+            elif stats.null_count > 0:
+                out.add(name)
+                break
+    return out
+
+
+def _leaf_spec(typ: pa.DataType, nullable: bool) -> tuple[tuple[int | None, ...], np.dtype]:
+    """The shape and dtype of one row's value of an Arrow column (as ``table_columns`` gives it)."""
+    obj = np.dtype(object)
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ):
+        dtype = np.dtype(typ.to_pandas_dtype())
+        # An integer column holding nulls gives float64 (NaN) rows from row groups with nulls and
+        # integer rows from the others: no single dtype, so Python objects.
+        return (), (obj if nullable and pa.types.is_integer(typ) else dtype)
+    if pa.types.is_boolean(typ):
+        return (), (obj if nullable else np.dtype(bool))
+    if pa.types.is_timestamp(typ) or pa.types.is_date64(typ) or pa.types.is_duration(typ):
+        try:
+            return (), np.dtype(typ.to_pandas_dtype())
+        except (NotImplementedError, TypeError):
+            return (), obj
+    if pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        inner, dtype = _leaf_spec(typ.value_type, False)
+        size = typ.list_size if pa.types.is_fixed_size_list(typ) else None
+        if inner == () and dtype != obj:
+            return (size,), dtype
+        return (), obj
+    return (), obj  # strings, binaries, structs, maps, ...: Python objects
+
+
+def element_spec(pf: pq.ParquetFile, columns: list[str], nullable: set[str]) -> dict[str, Any]:
+    """``{column: ShapeDtypeStruct}`` of the rows ``table_columns`` gives for ``pf``'s ``columns``
+    (an integer or bool column that may hold nulls is of object dtype: its rows' dtype differs
+    between row groups with and without nulls)."""
+    import grain_core as grain
+
+    schema = pf.schema_arrow
+    out = {}
+    for name in columns:
+        shape, dtype = _leaf_spec(schema.field(name).type, name in nullable)
+        out[name] = grain.experimental.ShapeDtypeStruct(shape=shape, dtype=dtype)
+    return out

@@ -55,6 +55,13 @@ class ParquetIterDataset(grain.IterDataset):
                 self._path = [f.path for f in self._files]
                 self._columns = self._files[0]._columns
                 self._rows_per_group = [n for f in self._files for n in f._rows_per_group]
+                # A column whose spec differs between files (nulls in some): object dtype.
+                specs = [f._spec for f in self._files]
+                self._spec = {
+                    c: specs[0][c] if all(x[c] == specs[0][c] for x in specs)
+                    else grain.experimental.ShapeDtypeStruct(shape=(), dtype=object)
+                    for c in self._columns
+                }
                 return
             path = paths[0]
         self._path = _io.check_path(path, "ParquetIterDataset")
@@ -69,6 +76,8 @@ class ParquetIterDataset(grain.IterDataset):
         pf, handle = _io.open_parquet(self._path, self._filesystem, **read_kwargs)
         try:
             self._columns = _io.check_columns(pf, columns, self._path)
+            nullable = _io.null_columns(pf, self._columns)
+            self._spec = _io.element_spec(pf, self._columns, nullable)
             meta = pf.metadata
             self._rows_per_group = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         finally:
@@ -88,6 +97,14 @@ class ParquetIterDataset(grain.IterDataset):
     def num_rows(self) -> int:
         """Rows in the file."""
         return sum(self._rows_per_group)
+
+    @property
+    def _element_spec(self) -> Any:
+        """``{column: ShapeDtypeStruct}`` from the file's schema (read at construction, no rows):
+        numbers their numpy dtype, lists of numbers ``(None,)`` arrays; strings, binaries, other
+        types and integer or bool columns that may hold nulls (whose rows are float in row groups
+        with nulls and integers in the others) object dtype."""
+        return dict(self._spec)
 
     def _open(self):
         return _io.open_parquet(self._path, self._filesystem, **self._read_kwargs)

@@ -92,12 +92,16 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
         self._cache_bytes = check_int(cache_bytes, "ParquetDataSource cache_bytes")
         sizes, rg_file, rg_local = [], [], []
         names = None
+        first: Any = None  # the first file: its schema gives the element spec
+        nullable: set[str] = set()
         for f, path in enumerate(files):
             pf, handle = _io.open_parquet(path, filesystem)
             try:
                 cols = _io.check_columns(pf, columns, path)
+                nullable |= _io.null_columns(pf, cols)
                 if names is None:
                     names = cols
+                    first = pf
                 elif columns is None and cols != names:
                     raise ValueError(
                         f"ParquetDataSource: {path!r} has columns {cols}, but {files[0]!r} has "
@@ -111,6 +115,7 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
             finally:
                 handle.close()
         self._names = list(names or [])
+        self._spec = {} if first is None else _io.element_spec(first, self._names, nullable)
         self._file_rows = [0] * len(files)
         for s, f in zip(sizes, rg_file):
             self._file_rows[f] += s
@@ -121,6 +126,15 @@ class ParquetDataSource(grain.sources.RandomAccessDataSource[dict]):
         self._rg_local = rg_local
         self._len = int(ends[-1]) if len(ends) else 0
         self._init_runtime()
+
+    @property
+    def element_spec(self) -> dict[str, Any]:
+        """``{column: ShapeDtypeStruct}`` of a row, from the first file's schema (no rows read):
+        numbers their numpy dtype, lists of numbers ``(None,)`` arrays; strings, binaries, other
+        types and integer or bool columns that may hold nulls in any file (rows from row groups
+        with nulls are float) object dtype. ``MapDataset.source(src)`` answers
+        ``get_element_spec`` with it."""
+        return dict(self._spec)
 
     # --- runtime state (never pickled) -----------------------------------------------------------
 
