@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, SupportsIndex
 
+import numpy as np
+
 import grain_core as grain
 from grain_core.author import check_indices
 
@@ -41,6 +43,24 @@ def _describe(obj: Any) -> str:
     ):
         return repr(obj)  # e.g. ReadInstruction('train[:10]')
     return type(obj).__qualname__
+
+
+def _specs(info: Any) -> Any:
+    """``TensorInfo`` leaves of a feature tree (dicts, lists, tuples) as ``ShapeDtypeStruct``."""
+    if isinstance(info, Mapping):
+        return {k: _specs(v) for k, v in info.items()}
+    if isinstance(info, (list, tuple)):
+        return type(info)(_specs(v) for v in info)
+    dtype = getattr(info, "np_dtype", None)  # TFDS's NumPy dtype (``dtype`` may need TensorFlow)
+    if dtype is None:
+        dtype = getattr(info.dtype, "as_numpy_dtype", info.dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        dtype = np.dtype(object)
+    if dtype.kind in "SUO":  # tf.string features decode to bytes
+        dtype = np.dtype(object)
+    return grain.experimental.ShapeDtypeStruct(shape=tuple(info.shape), dtype=dtype)
 
 
 class TfdsDataSource(grain.sources.RandomAccessDataSource[Any]):
@@ -147,6 +167,25 @@ class TfdsDataSource(grain.sources.RandomAccessDataSource[Any]):
     def tfds_source(self) -> Any:
         """The underlying ``tfds.data_source`` object."""
         return self._get()
+
+    @property
+    def element_spec(self) -> Any:
+        """The spec of a record, from the split's feature description (no record is read): the
+        tree of ``features.get_tensor_info()`` as ``ShapeDtypeStruct`` leaves (unknown
+        dimensions ``None``; strings Python objects, i.e. ``bytes``). ``MapDataset.source(src)``
+        answers ``get_element_spec`` with it.
+
+        Raises:
+          NotImplementedError: the source was built with ``decoders`` (what they give is theirs).
+        """
+        if self._decoders is not None:
+            raise NotImplementedError(
+                "TfdsDataSource.element_spec: the source was built with decoders=, whose output "
+                "the feature description does not give; map the elements with a transform that "
+                "has output_spec, or build the source without decoders."
+            )
+        info = self._get().dataset_info.features.get_tensor_info()
+        return _specs(info)
 
     def __len__(self) -> int:
         return self._len
