@@ -2,7 +2,10 @@
 under ``plugins/``, ``example-plugin``, ``integration`` (everything installed together), ``docs``
 (site build and every Python block of README.md and docs/), ``install`` (the README's checkout
 install command in a fresh venv), ``build`` (sdists and wheels of every distribution, ``twine
-check``, a fresh venv from the wheels); on demand: ``demo``, ``bench``, ``train-e2e``.
+check``, a fresh venv from the wheels), ``tests-spawn`` (a chosen part of the runtime and
+DataLoader tests with workers started by ``spawn``, a few minutes); on demand: ``tests-spawn-full``
+(all of tests/runtime and tests/dataloader under spawn, about 18 minutes on a loaded 2-core
+machine), ``demo``, ``bench``, ``train-e2e``, ``soak``.
 
 Each plugin session installs the kernel, the range plugin (the tests' input source), the
 first-party plugins it declares, and that plugin with its own declared extras, so a plugin that
@@ -39,6 +42,7 @@ nox.options.sessions = [
     "lint",
     "typecheck",
     "tests",
+    "tests-spawn",
     *(f"plugin-{p.removeprefix('grain-plugin-')}" for p in PLUGINS),
     "example-plugin",
     "integration",
@@ -122,20 +126,78 @@ def tests(session: nox.Session) -> None:
     )
 
 
-@nox.session(name="tests-spawn")
-def tests_spawn(session: nox.Session) -> None:
-    """The runtime and DataLoader tests with workers started by ``spawn`` (macOS and Windows use
-    it): ``GRAIN_CORE_MP_START_METHOD=spawn``. On demand (``nox -s tests-spawn``), not in the
-    default run: spawned workers import everything again, and on a loaded 2-core machine
-    tests/runtime/test_multiprocess.py alone took 5.5 minutes."""
+#: The spawn session's part of the suite (pytest fails on a node id that does not exist):
+#: start-method selection, mp_prefetch order / restore / fresh-process restore, worker errors and
+#: deaths, close and garbage collection, the worker environment and per-worker buffer, orphan
+#: cleanup and the shared-memory -> pipes fallback, real interrupts, the concurrency contract, and
+#: the DataLoader with workers (restore, filter + batch, runtimes).
+SPAWN_TESTS = [
+    "tests/runtime/test_start_method.py",
+    *(
+        f"tests/runtime/test_multiprocess.py::test_{name}"
+        for name in [
+            "seed_002_example_order_matches_in_process",
+            "arrays_arrive_intact_and_writable",
+            "order_independent_of_timing_and_uneven_exhaustion",
+            "restore_at_many_points",
+            "restore_in_fresh_process",
+            "state_from_other_worker_count_is_refused_where_not_elastic",
+            "state_from_other_worker_count_restores_elastically",
+            "worker_exception_reraised_with_traceback_and_position",
+            "unpicklable_worker_exception_becomes_worker_error",
+            "worker_sigkill_is_reported_at_its_next_turn",
+            "abandoned_iterator_is_collected",
+            "close_during_blocked_read",
+            "interpreter_exit_ends_workers",
+            "lambdas_closures_and_local_classes",
+            "worker_init_fn_runs_first_in_each_worker",
+            "plugins_visible_in_workers",
+        ]
+    ),
+    "tests/runtime/test_orphans.py",
+    "tests/runtime/test_worker_environment.py::"
+    "test_a_script_never_imports_from_the_working_directory[spawn]",
+    "tests/runtime/test_worker_environment.py::"
+    "test_per_worker_buffer_size_bounds_elements_produced_ahead[2-1]",
+    "tests/runtime/test_shm_pool.py::"
+    "test_many_messages_use_a_bounded_pool_and_restores_stay_correct",
+    "tests/runtime/test_interrupts.py::test_mp_prefetch_survives_real_interrupts[1]",
+    "tests/runtime/test_interrupts.py::test_dataloader_survives_real_interrupts",
+    "tests/runtime/test_interrupts.py::test_mp_prefetch_with_interrupts_at_the_blocking_point",
+    "tests/runtime/test_interrupts.py::test_dataloader_with_interrupts_at_the_blocking_point",
+    "tests/runtime/test_concurrent_use.py::"
+    "test_a_second_thread_gets_a_clear_error_never_a_hang[mp_prefetch-next]",
+    "tests/runtime/test_concurrent_use.py::"
+    "test_a_second_thread_gets_a_clear_error_never_a_hang[dataloader_workers-next]",
+    "tests/dataloader/test_dataloader_runtime.py",
+    "tests/dataloader/test_dataloader_loader.py::test_workers_cover_and_restore_exactly",
+    "tests/dataloader/test_dataloader_loader.py::test_workers_with_filter_batch_per_worker_restore",
+    "tests/dataloader/test_dataloader_loader.py::test_workers_context_manager",
+]
+
+
+def _spawn_session(session: nox.Session, paths: list[str]) -> None:
     args = ["-e", f"{ROOT}[test,jax,orbax]", "-e", str(ROOT / "plugins" / "grain-plugin-range")]
     for p in TEST_PLUGINS:
         args += ["-e", p]
     _install(session, *args)
-    session.run(
-        *PYTEST, "tests/runtime", "tests/dataloader", *session.posargs,
-        env={"GRAIN_CORE_MP_START_METHOD": "spawn"},
-    )
+    session.run(*PYTEST, *(session.posargs or paths), env={"GRAIN_CORE_MP_START_METHOD": "spawn"})
+
+
+@nox.session(name="tests-spawn")
+def tests_spawn(session: nox.Session) -> None:
+    """Workers started by ``spawn`` (as on macOS and Windows), ``GRAIN_CORE_MP_START_METHOD=spawn``,
+    over :data:`SPAWN_TESTS`: a part of tests/runtime and tests/dataloader chosen to run in a few
+    minutes on a 2-core machine (spawned workers import everything again). Positional arguments
+    replace the list: ``nox -s tests-spawn -- tests/runtime/test_elastic.py``."""
+    _spawn_session(session, SPAWN_TESTS)
+
+
+@nox.session(name="tests-spawn-full")
+def tests_spawn_full(session: nox.Session) -> None:
+    """All of tests/runtime and tests/dataloader with spawned workers; on demand (about 18 minutes
+    on a loaded 2-core machine, too long for the default run)."""
+    _spawn_session(session, ["tests/runtime", "tests/dataloader"])
 
 
 def _first_party_requirements(plugin: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Start methods: forkserver where it exists, else spawn; spawn works for mp_prefetch and the
-DataLoader; a bad choice is an early clear error. (``nox -s tests-spawn`` runs tests/runtime and
-tests/dataloader with every worker spawned.)"""
+DataLoader; a bad choice is an early clear error. (``nox -s tests-spawn`` runs a part of
+tests/runtime and tests/dataloader with every worker spawned, ``nox -s tests-spawn-full`` all.)"""
 
 from __future__ import annotations
 
