@@ -219,6 +219,18 @@ class HuggingFaceIterDataset(grain.IterDataset):
         """The fingerprint states carry to refuse another dataset."""
         return self._identity
 
+    @property
+    def _element_spec(self) -> Any:
+        """``{column: ShapeDtypeStruct}`` of an example, from the dataset's features (no example
+        read; see :mod:`grain_plugin_hf.specs`): plain Python examples (no format) or
+        ``with_format("numpy")``; ``NotImplementedError`` for other formats, unknown features
+        and columns without a spec."""
+        from grain_plugin_hf.specs import features_spec
+
+        formatting = getattr(self._dataset, "_formatting", None)
+        fmt = getattr(formatting, "format_type", None) if formatting is not None else None
+        return features_spec(self._dataset.features, None, "python" if fmt is None else fmt)
+
     def __iter__(self) -> grain.DatasetIterator:
         share = claim_worker_share()  # in an mp_prefetch worker: this worker's shards only
         w, k = (0, 1) if share is None else share

@@ -112,6 +112,24 @@ class HuggingFaceDataSource(grain.sources.RandomAccessDataSource[Any]):
         """The columns each row holds (the format's columns)."""
         return list(self._columns)
 
+    @property
+    def element_spec(self) -> Any:
+        """``{column: ShapeDtypeStruct}`` of a row, from the dataset's features (no row read; see
+        :mod:`grain_plugin_hf.specs`). ``MapDataset.source(src)`` answers ``get_element_spec``
+        with it.
+
+        Raises:
+          NotImplementedError: a column or format without a spec (images, another format, ...).
+        """
+        from grain_plugin_hf.specs import features_spec
+
+        if self._output_all or self._dataset.format.get("format_kwargs"):
+            raise NotImplementedError(
+                "HuggingFaceDataSource.element_spec: a format with output_all_columns or format "
+                "options has no spec from the features."
+            )
+        return features_spec(self._dataset.features, self._columns, self._format_type)
+
     def __len__(self) -> int:
         return self._len
 
