@@ -37,16 +37,16 @@ def _leaf(feature: Any, column: str, numpy_rows: bool) -> tuple[tuple[int | None
     if isinstance(feature, datasets.ClassLabel):
         return (), np.dtype(np.int64)
     if isinstance(feature, datasets.Value):
-        dtype = str(feature.dtype)
-        if dtype in ("string", "large_string"):
+        name = str(feature.dtype)
+        if name in ("string", "large_string"):
             return (), np.dtype(object)
-        if dtype == "bool":
+        if name == "bool":
             return (), np.dtype(bool)
-        if dtype.startswith(("int", "uint", "float")):
+        if name.startswith(("int", "uint", "float")):
             if numpy_rows:
                 return (), np.dtype(feature.pa_type.to_pandas_dtype())
-            return (), np.dtype(np.int64 if dtype.startswith(("int", "uint")) else np.float64)
-        raise _unsupported(f"column {column!r} ({dtype})")
+            return (), np.dtype(np.int64 if name.startswith(("int", "uint")) else np.float64)
+        raise _unsupported(f"column {column!r} ({name})")
     list_types = tuple(
         getattr(datasets, n) for n in ("List", "LargeList", "Sequence") if hasattr(datasets, n)
     )
