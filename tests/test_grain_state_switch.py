@@ -81,6 +81,9 @@ def test_a_switched_iterators_state_switches_a_fresh_iterator_and_a_correct_stat
     assert saved["from_grain"] is True
     assert not any("data_mode" in s for s in saved["stages"])
     assert _rest(_restore(name, saved)) == RECORDED["cases"][name]["after"][1:]
+    with grain.config.override(grain_exact=False):  # opted out: refused too
+        with pytest.raises(DataModeError, match="set to False explicitly"):
+            _restore(name, saved)
     correct = iter(cases.make(name, grain, gp))
     next(correct)
     correct_state = correct.get_state()

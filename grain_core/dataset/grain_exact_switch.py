@@ -157,6 +157,13 @@ def pipeline_for_state(
         exact, switched = grain_exact_copy(built)
         if not switched:
             return None
+        if _config.grain_exact_opted_out():
+            raise _config.DataModeError(
+                f"This state continues one written by google grain, but grain_exact was set to "
+                f"False explicitly and this pipeline's {', '.join(dict.fromkeys(switched))} "
+                f"stage(s) give other data than Grain's in correct mode. "
+                f"{_config.mode_switch_hint(_config.GRAIN_EXACT_MODE)}"
+            )
         fingerprint = map_fingerprint(exact)
         out = dict(state)
         if state.get("fingerprint") == current_fingerprint:  # translated from Grain's own state
