@@ -121,3 +121,14 @@ def test_grain_exact_pipelines_restore_grain_states_without_switching(caplog):
     assert "from_grain" not in it.get_state()
     assert not caplog.text
     assert list(it) == RECORDED["cases"]["slice_repeat"]["after"]
+
+
+def test_a_switched_mp_prefetch_state_restores_into_a_fresh_pipeline():
+    name = "slice_repeat_mp_prefetch"
+    it = _restore(name)
+    try:
+        first = cases.to_json(next(it))
+        saved = it.get_state()
+    finally:
+        it.close()
+    assert [first] + _rest(_restore(name, saved)) == RECORDED["cases"][name]["after"]
