@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -18,7 +19,8 @@ def lazy_module_attrs(
     """Returns ``(__getattr__, __dir__)`` for ``module_name``.
 
     ``kernel`` maps attribute names to ``"package.module"`` (or ``"package.module:attr"``) imported
-    on first access; ``"@package.module"`` stands for the module itself. Other names are looked up among plugin registrations in
+    on first access; ``"@package.module"`` stands for the module itself. A submodule of a package
+    ``module_name`` is imported. Other names are looked up among plugin registrations in
     ``plugin_namespaces``; a name no installed plugin provides raises ``AttributeError`` naming the
     ``grain-plugin-*`` distribution to install, where one is known, else suggesting the closest
     name (:func:`grain_core.suggest.did_you_mean`).
@@ -37,6 +39,11 @@ def lazy_module_attrs(
                 value = getattr(importlib.import_module(mod), attr or name)
             module_globals[name] = value
             return value
+        if "__path__" in module_globals and importlib.util.find_spec(f"{module_name}.{name}"):
+            # A submodule not imported yet (``from grain_core import author`` in a plugin's own
+            # module): import it, never look among plugin names, which would load the plugins in
+            # the middle of that plugin's import.
+            return importlib.import_module(f"{module_name}.{name}")
         from grain_core.plugins import registry
 
         last: Exception | None = None

@@ -222,3 +222,20 @@ def test_lookups_during_reloads_always_see_a_complete_discovery(fresh_plugins):
         for t in threads:
             t.join()
     assert not errors, errors[0]
+
+
+def test_a_kernel_submodule_taken_from_the_package_does_not_load_plugins():
+    """``from grain_core import author`` inside a plugin's own module (before the submodule was
+    imported) must import the submodule, not run plugin discovery in the middle of that plugin's
+    import (which made the plugin's own entry point fail with a circular import)."""
+    code = (
+        "import sys, grain_core\n"
+        "from grain_core.plugins import registry\n"
+        "assert 'grain_core.author' not in sys.modules\n"
+        "from grain_core import author\n"
+        "assert author is sys.modules['grain_core.author']\n"
+        "assert not registry.get_registry()._loaded, 'plugins were loaded'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
