@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.sources",
             "grain_core.loading",
             "grain_core.data_loader",
+            "grain_core.data_loader_stages",
             "grain_core.samplers",
             "grain_core.checkpoint",
             "grain_core.checkpoint.*",
