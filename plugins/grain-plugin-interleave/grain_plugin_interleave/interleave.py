@@ -51,7 +51,7 @@ from grain_core.author import (
     make_state,
     no_worker_share,
 )
-from grain_plugin_interleave.threads import _End, _Failed, _Item, _Openers, _Slot
+from grain_plugin_interleave.threads import _End, _Failed, _Item, _Openers, _Resources, _Slot
 
 __all__ = ["InterleaveIterDataset"]
 
@@ -159,43 +159,6 @@ class InterleaveIterDataset(grain.IterDataset):
 
     def __str__(self) -> str:
         return f"InterleaveIterDataset(num_datasets={self._n}, cycle_length={self._cycle})"
-
-
-class _Resources:
-    """What an interleave iterator holds open: its slots, slots being retired and the threads
-    opening iterators ahead.
-
-    Kept apart from the iterator so that a ``weakref.finalize`` can release them (stop reader
-    threads, close iterators, stop the opening threads) when the iterator is garbage collected
-    unclosed.
-    """
-
-    def __init__(self, cycle: int):
-        self.slots: list[_Slot | None] = [None] * cycle
-        self.retired: list[_Slot] = []
-        self.openers: _Openers | None = None
-
-    def close_retired(self) -> None:
-        """Closes the slots taken out of the cycle (not those still in it)."""
-        while self.retired:
-            slot = self.retired[-1]
-            if not any(s is slot for s in self.slots):
-                slot.close()
-            self.retired.pop()
-
-    def drop_pending(self) -> None:
-        if self.openers is not None:
-            self.openers.drop()
-
-    def close(self) -> None:
-        for i, s in enumerate(self.slots):
-            if s is not None:
-                self.slots[i] = None
-                self.retired.append(s)
-        self.close_retired()
-        if self.openers is not None:
-            openers, self.openers = self.openers, None
-            openers.stop()
 
 
 _KEEP = object()  # in a journal: leave _last as it is

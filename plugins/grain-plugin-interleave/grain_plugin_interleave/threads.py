@@ -306,3 +306,39 @@ class _Slot:
         if reader is None or reader.stop():
             self.it.close()
 
+
+class _Resources:
+    """What an interleave iterator holds open: its slots, slots being retired and the threads
+    opening iterators ahead.
+
+    Kept apart from the iterator so that a ``weakref.finalize`` can release them (stop reader
+    threads, close iterators, stop the opening threads) when the iterator is garbage collected
+    unclosed.
+    """
+
+    def __init__(self, cycle: int):
+        self.slots: list[_Slot | None] = [None] * cycle
+        self.retired: list[_Slot] = []
+        self.openers: _Openers | None = None
+
+    def close_retired(self) -> None:
+        """Closes the slots taken out of the cycle (not those still in it)."""
+        while self.retired:
+            slot = self.retired[-1]
+            if not any(s is slot for s in self.slots):
+                slot.close()
+            self.retired.pop()
+
+    def drop_pending(self) -> None:
+        if self.openers is not None:
+            self.openers.drop()
+
+    def close(self) -> None:
+        for i, s in enumerate(self.slots):
+            if s is not None:
+                self.slots[i] = None
+                self.retired.append(s)
+        self.close_retired()
+        if self.openers is not None:
+            openers, self.openers = self.openers, None
+            openers.stop()
