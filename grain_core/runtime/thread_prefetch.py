@@ -100,7 +100,9 @@ class _Parent:
     def __init__(self, it: Any, size: int):
         self.it = it
         self.size = size
-        self.lock = threading.Lock()
+        # Re-entrant: garbage collection may run this iterator's finalizer (shutdown) in a producer
+        # thread while that thread holds the lock.
+        self.lock = threading.RLock()
         self.user: _Producer | None = None
         self.pending: Any = _NONE  # a parent state to restore before the next read
         self.close_requested = False
