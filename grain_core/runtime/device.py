@@ -84,6 +84,7 @@ class _DevicePutIterator(DatasetIterator):
         self._seq = 0
         self._last: tuple[int, Any] = (0, None)  # (seq returned last, the parent's state after it)
         self._end = False
+        self._pending: tuple[int, Any] | None = None  # (seq, element) read, not yet buffered
 
     def _occupied(self) -> int:
         buf = self._buffer
@@ -106,14 +107,23 @@ class _DevicePutIterator(DatasetIterator):
             if buf and buf[-1][1] == "err":
                 return
             if tp is None:
-                try:
-                    x = next(parent)
-                except StopIteration:
-                    self._end = True
-                    return
-                # jax.device_put is asynchronous: the transfer proceeds while later elements are read.
-                self._seq += 1
-                buf.append((self._seq, "x", self._put(x), parent.get_state(), None))
+                # The element read from the parent is held in _pending (with the sequence number
+                # it gets) until it is in the buffer, so an interrupt in between loses nothing;
+                # its number tells whether it got there before an interruption.
+                if self._pending is None:
+                    try:
+                        self._pending = (self._seq + 1, next(parent))
+                    except StopIteration:
+                        self._end = True
+                        return
+                seq, x = self._pending
+                if not (buf and buf[-1][0] == seq):
+                    # jax.device_put is asynchronous: the transfer proceeds while later elements
+                    # are read.
+                    placed = self._put(x)
+                    buf.append((seq, "x", placed, parent.get_state(), None))
+                self._seq = seq
+                self._pending = None
                 continue
             item = tp._peek()
             pseq, kind, value, st = item
@@ -167,5 +177,6 @@ class _DevicePutIterator(DatasetIterator):
         _state.expect_state(state, _STATE_KIND, ("parent",))
         self._parents[0].set_state(state["parent"])
         self._buffer.clear()
+        self._pending = None
         self._end = False
         self._last = (self._seq, state["parent"])
