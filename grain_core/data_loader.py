@@ -322,16 +322,25 @@ class DataLoaderIterator:
             self._loader.data_source.__exit__(None, None, None)
 
     def _release(self) -> None:
-        it, self._it = self._it, None
-        if it is not None:
+        """Keeps the pipeline's last state, then closes it. Ctrl-C while the state is taken leaves
+        everything open as it was (the next call releases again); any other error still closes."""
+        it = self._it
+        if it is None:
+            self._exit_source()
+            return
+        try:
+            self._last_state = it.get_state()
+        except Exception:
+            self._it = None
             try:
-                self._last_state = it.get_state()
+                it.close()
             finally:
-                try:
-                    it.close()
-                finally:
-                    self._exit_source()
-        else:
+                self._exit_source()
+            raise
+        self._it = None
+        try:
+            it.close()
+        finally:
             self._exit_source()
 
     def __iter__(self) -> DataLoaderIterator:

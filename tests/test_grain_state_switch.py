@@ -5,7 +5,8 @@ whose data differ between Grain and grain_core's correct mode (a shuffle of ``2*
 -> slice -> repeat, a partial window, an uneven DataLoader shard) and every element Grain gave after
 them (``record_grain.py``). Restored into the same pipeline built in correct mode, the iterator
 continues with Grain's elements and logs a warning; with ``grain_exact`` set to False explicitly
-the state is refused; a stage that cannot switch is named in the refusal.
+the state is refused. That a stage that cannot switch is named in the refusal is tested with the
+window-shuffle plugin in tests/integration/test_grain_state_switch_window.py.
 """
 
 from __future__ import annotations
@@ -100,17 +101,6 @@ def test_grain_exact_set_to_false_explicitly_refuses_grain_states():
             with pytest.raises(DataModeError, match=r"update\('grain_exact', True\)"):
                 it.set_state(RECORDED["cases"][name]["state"])
             assert it.get_state() == before
-
-
-def test_a_stage_that_cannot_switch_is_named():
-    it = iter(cases.make("window_partial", grain, gp))
-    before = it.get_state()
-    with pytest.raises(DataModeError, match="its WindowShuffleMapDataset stage"):
-        it.set_state(RECORDED["cases"]["window_partial"]["state"])
-    assert it.get_state() == before
-    with grain.config.override(grain_exact=True):  # built in Grain-exact mode: Grain's data
-        exact = _restore("window_partial")
-    assert _rest(exact) == RECORDED["cases"]["window_partial"]["after"]
 
 
 def test_grain_exact_pipelines_restore_grain_states_without_switching(caplog):

@@ -51,7 +51,10 @@ def next_or_rollback(it: Any) -> Any:
     other iterator this is ``next(it)``."""
     mark_fn = getattr(it, "rollback_mark", None)
     if mark_fn is None:
-        return next(it)
+        # it.__next__() rather than next(it): for an iterator written in Python this is a
+        # Python-level call, after whose return CPython runs no signal handler before this frame
+        # returns the element (after the builtin next() it does, and the element would be lost).
+        return it.__next__()
     mark = mark_fn()
     try:
         return next(it)

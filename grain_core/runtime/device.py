@@ -112,7 +112,9 @@ class _DevicePutIterator(DatasetIterator):
                 # its number tells whether it got there before an interruption.
                 if self._pending is None:
                     try:
-                        self._pending = (self._seq + 1, next(parent))
+                        # parent.__next__() rather than next(parent): a Python-level call, after
+                        # whose return CPython checks for no signal before the store.
+                        self._pending = (self._seq + 1, parent.__next__())
                     except StopIteration:
                         self._end = True
                         return

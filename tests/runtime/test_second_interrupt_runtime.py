@@ -1,5 +1,6 @@
 """A second Ctrl-C while the first one is being handled loses and repeats nothing, for the
-``DataLoader``'s iterator with worker processes and ``device_put`` over thread prefetch.
+``DataLoader``'s iterator (in process and with worker processes) and ``device_put`` (with and
+without thread prefetch under it).
 
 Real ``SIGALRM`` interrupts through :func:`grain_core.testing.check_interrupts` with
 ``per_call=3``: up to three ``KeyboardInterrupt`` per call, the later ones landing while grain_core
@@ -53,18 +54,15 @@ def _loader(n: int, workers: int, batch: int | None):
     )
 
 
-# worker_count=0 (the pipeline in this process) is not covered: about one run in five loses an
-# element under these interrupts, even when only two land (docs/reliability.md, "Limits").
-@pytest.mark.parametrize("workers,batch", [(2, None), (2, 3)], ids=["2", "2-batch"])
+@pytest.mark.parametrize(
+    "workers,batch", [(0, None), (0, 4), (2, None), (2, 3)], ids=["0", "0-batch", "2", "2-batch"]
+)
 def test_dataloader_second_interrupt_during_the_first_loses_nothing(workers, batch):
     n = 150
     check_interrupts(lambda: _loader(n, workers, batch), packages=(grain, _HERE), per_call=3)
 
 
-# device_put with cpu_buffer_size=0 (no thread prefetch under it) is not covered: it loses an
-# element when an interrupt lands between its parent's next() returning and its buffer append,
-# even with one interrupt per call (docs/reliability.md, "Limits").
-@pytest.mark.parametrize("cpu_buffer", [3])
+@pytest.mark.parametrize("cpu_buffer", [0, 3])
 def test_device_put_second_interrupt_during_the_first_loses_nothing(cpu_buffer):
     jax = pytest.importorskip("jax")
 
