@@ -185,8 +185,11 @@ class FeatureSpec:
                 a = a.reshape(1)
             out.append(a)
         if self.trailing is None:
-            self.trailing = [a.shape[1:] for a in out]
-            self.dtypes = [a.dtype for a in out]
+            trailing = [a.shape[1:] for a in out]
+            dtypes = [a.dtype for a in out]
+            # Both at once (no call between the stores): Ctrl-C in a comprehension above must not
+            # leave ``trailing`` set without ``dtypes``.
+            self.trailing, self.dtypes = trailing, dtypes
         else:
             for p, a, t, dt in zip(self.paths, out, self.trailing, self.dtypes):
                 if a.shape[1:] != t:
