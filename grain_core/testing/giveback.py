@@ -14,14 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from grain_core.testing.compare import assert_elements_equal
+from grain_core.testing.reading import iterate as _iterate
+from grain_core.testing.reading import reference_run
 
 __all__ = ["check_unread"]
-
-
-def _iterate(ds: Any) -> Any:
-    from grain_core.dataset.base import MapDataset
-
-    return iter(ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds)
 
 
 def check_unread(
@@ -38,15 +34,7 @@ def check_unread(
     probe.close()
     if not able:
         return False
-    reference_it = _iterate(make_dataset())
-    reference: list[Any] = []
-    states = [reference_it.get_state()]
-    for x in reference_it:
-        reference.append(x)
-        states.append(reference_it.get_state())
-        if len(reference) >= max_elements + max(sizes):
-            break
-    reference_it.close()
+    reference, states = reference_run(make_dataset, max_elements + max(sizes))
     for size in (*sizes, 0):  # 0: next() instead of next_chunk
         it = _iterate(make_dataset())
         what = f"next_chunk({size})" if size else "next()"

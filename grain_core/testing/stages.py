@@ -37,6 +37,8 @@ import cloudpickle
 from grain_core.state import IDENTIFYING_FIELDS, StateMismatchError
 from grain_core.testing.compare import assert_elements_equal
 from grain_core.testing.giveback import check_unread
+from grain_core.testing.reading import iterate as _iterate
+from grain_core.testing.reading import reference_run
 from grain_core.testing.specs import check_element_spec
 
 __all__ = [
@@ -48,12 +50,6 @@ __all__ = [
 ]
 
 _BAD_POSITIONS: tuple[Any, ...] = ("3", 3.5, True, -1, 10**12)
-
-
-def _iterate(ds: Any) -> Any:
-    from grain_core.dataset.base import MapDataset
-
-    return iter(ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds)
 
 
 def _take(it: Iterator[Any], n: int) -> list[Any]:
@@ -266,15 +262,7 @@ def check_chunk_path(
 
     if not hasattr(DatasetIterator, "next_chunk"):
         return False
-    reference_it = _iterate(make_dataset())
-    reference: list[Any] = []
-    states = [reference_it.get_state()]
-    for x in reference_it:
-        reference.append(x)
-        states.append(reference_it.get_state())
-        if len(reference) >= max_elements + max(sizes):
-            break
-    reference_it.close()
+    reference, states = reference_run(make_dataset, max_elements + max(sizes))
     for size in sizes:
         it = _iterate(make_dataset())
         got: list[Any] = []
