@@ -53,6 +53,7 @@ _DS = "grain_core.dataset.base:"
 _EXP = "grain_core.experimental:"
 _ATTRS = "grain_core.dataset.grain_attrs:"
 _KERNEL = "grain_core.dataset.locator:installed."  # the kernel's stage classes, by their kind
+_PRIV = "grain_core.compat.grain_private:"
 
 #: Grain module path -> {Grain name: "grain_core module:attribute"}.
 PRIVATE_PATHS: dict[str, dict[str, str]] = {
@@ -65,6 +66,7 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "ShardOptions": "grain_core.sharding:ShardOptions",
         "NoSharding": "grain_core.sharding:NoSharding",
         "ShardByJaxProcess": "grain_core.sharding:ShardByJaxProcess",
+        "even_split": _PRIV + "even_split",
     },
     "grain._src.core.transforms": {
         n: f"grain_core.transforms:{n}"
@@ -81,7 +83,8 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
             "unflatten_as",
             "spec_like",
         )
-    },
+    }
+    | {"map_structure_up_to": _PRIV + "map_structure_up_to"},
     "grain._src.python.options": {
         "ReadOptions": "grain_core.options:ReadOptions",
         "MultiprocessingOptions": "grain_core.options:MultiprocessingOptions",
@@ -150,6 +153,7 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "Stats": _ATTRS + "Stats",
         "Timer": _ATTRS + "Timer",
         "record_next_duration_if_output": _ATTRS + "record_next_duration_if_output",
+        "HashableWeakRef": _PRIV + "HashableWeakRef",
     },
     "grain._src.python.dataset.elastic_iterator": {"ElasticIterator": _EXP + "ElasticIterator"},
     "grain._src.python.dataset.sources.tfrecord_dataset": {
@@ -215,7 +219,10 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "WindowShuffleIterDataset": _EXP + "WindowShuffleIterDataset",
     },
     _tr("slice"): {"SliceMapDataset": _KERNEL + "SliceMapDataset"},
-    _tr("source"): {"SourceMapDataset": _KERNEL + "SourceMapDataset"},
+    _tr("source"): {
+        "SourceMapDataset": _KERNEL + "SourceMapDataset",
+        "RangeMapDataset": _PRIV + "RangeMapDataset",
+    },
     _tr("zip"): {
         "ZipMapDataset": _EXP + "ZipMapDataset",
         "ZipIterDataset": _EXP + "ZipIterDataset",

@@ -17,6 +17,7 @@ from grain._src.python.dataset import base, dataset
 from grain._src.python.dataset import stats as dataset_stats
 from grain._src.python.dataset.transformations import batch as batch_ds
 from grain._src.python.dataset.transformations.flatmap import FlatMapIterDataset
+from grain._src.python.dataset.transformations.source import RangeMapDataset
 from grain._src.python.dataset.transformations.zip import ZipIterDataset
 from grain._src.python.experimental.index_shuffle.python import (
     index_shuffle_module as index_shuffle,
@@ -208,6 +209,30 @@ def main() -> dict:
         for path, value in tree_lib.flatten_with_path(nested)
     ]
     tree_lib.assert_same_structure(nested, {"a": 0, "b": (0, [0])})
+    out["tree_up_to"] = plain(
+        tree_lib.map_structure_up_to(
+            {"a": 0, "b": (0, 0)}, lambda x: [x, "seen"], {"a": [1, 2], "b": ({"c": 3}, 4, 5)}
+        )
+    )
+    out["even_split"] = [
+        [list(sharding.even_split(n, sharding.ShardOptions(i, c, drop_remainder=d)))
+         for i in range(c)]
+        for n in (0, 7, 10, 12) for c in (1, 3, 4) for d in (False, True)
+    ]
+    keep = Squares()
+    ref = dataset_stats.HashableWeakRef(keep)
+    out["weakref"] = [ref() is keep, ref == dataset_stats.HashableWeakRef(keep), hash(ref) == id(keep),
+                      ref == keep, len({ref, dataset_stats.HashableWeakRef(keep)})]
+    rng = RangeMapDataset(3, 20, 4)
+    out["range_map_dataset"] = {
+        "attrs": [rng.start, rng.stop, rng.step, len(rng), len(RangeMapDataset(5))],
+        "items": [rng[i] for i in range(7)],
+        "str": str(rng),
+        "shuffled": plain(list(rng.shuffle(seed=1).map(lambda x: x + 1))),
+        "is_map_dataset": isinstance(rng, grain.MapDataset),
+        "iter": plain(list(RangeMapDataset(6).to_iter_dataset().batch(4))),
+        "sliced": list(RangeMapDataset(10)[2:9:3]),
+    }
     out["index_shuffle"] = [
         index_shuffle.index_shuffle(i, max_index=9, seed=42, rounds=4) for i in range(10)
     ]
