@@ -12,8 +12,11 @@ unchanged. Contract, per attribute:
 * ``_ctx`` (iterators): an :class:`IteratorContext`. ``self._ctx.dataset_options`` is the
   pipeline's ``DatasetOptions`` as this iterator sees them (``DatasetOptions()`` when none were
   applied); assigning it applies options to this iterator and its parents. ``a._ctx = b._ctx``
-  makes ``a`` share ``b``'s context (its options are ``b``'s). ``mp_context`` holds
-  Grain's ``MultiprocessingContext(process_index=0, process_count=1)`` unless a subclass assigns
+  makes ``a`` share ``b``'s context (its options are ``b``'s). ``mp_context`` is Grain's
+  ``MultiprocessingContext``: in an ``mp_prefetch`` worker, ``process_index`` is the worker's index
+  and ``process_count`` the number of workers, for every iterator the worker creates while it
+  builds its pipeline (a stage's inner iterators included); elsewhere (the main process, iterators
+  created later, such as a new epoch's) ``process_index=0, process_count=1``. A subclass may assign
   another. ``merge`` keeps the other context's options where this one has none.
 * ``_stats`` (datasets and iterators): a :class:`Stats` whose recording calls Grain stages make
   (``with self._stats.record_self_time(): ...``, ``self._stats.record_output_spec(x)``,
@@ -40,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from grain_core.dataset.sharing import enclosing_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_instance
 
@@ -83,7 +87,8 @@ class IteratorContext:
 
     def __init__(self, owner: Any):
         self._owner = owner
-        self.mp_context = MultiprocessingContext()
+        worker = owner.__dict__.get("_grain_worker") if owner is not None else None
+        self.mp_context = MultiprocessingContext() if worker is None else MultiprocessingContext(*worker)
 
     @property
     def dataset_options(self) -> DatasetOptions:
@@ -226,6 +231,13 @@ class IteratorAttrs:
     _stats: Any = _StatsAttr()
     _ctx: Any = _Context()
     _closed: bool = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = super().__new__(cls)
+        worker = enclosing_worker()  # the mp_prefetch worker building this iterator, if any
+        if worker is not None:
+            obj.__dict__["_grain_worker"] = worker
+        return obj
 
     def _assert_not_closed(self) -> None:
         if self._closed:

@@ -21,6 +21,7 @@ __all__ = [
     "WorkerShare",
     "claim_worker_share",
     "current_worker",
+    "enclosing_worker",
     "no_worker_share",
     "sequential_worker_share",
     "worker_share",
@@ -44,6 +45,10 @@ class WorkerShare:
 _SHARE: contextvars.ContextVar[WorkerShare | None] = contextvars.ContextVar(
     "grain_core_worker_share", default=None
 )
+# The enclosing worker_share's (index, count), kept inside no_worker_share (see enclosing_worker).
+_WORKER: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "grain_core_enclosing_worker", default=None
+)
 
 
 @contextlib.contextmanager
@@ -53,9 +58,11 @@ def worker_share(index: int, count: int, sequential: bool = False) -> Iterator[W
     any stage could split its input."""
     share = WorkerShare(index, count, sequential)
     token = _SHARE.set(share)
+    worker_token = _WORKER.set((share.index, share.count))
     try:
         yield share
     finally:
+        _WORKER.reset(worker_token)
         _SHARE.reset(token)
 
 
@@ -93,3 +100,11 @@ def current_worker() -> tuple[int, int] | None:
     ``random_map`` reads the same context (its ``mp_context``) to number elements across workers."""
     share = _SHARE.get()
     return None if share is None else (share.index, share.count)
+
+
+def enclosing_worker() -> tuple[int, int] | None:
+    """``(index, count)`` of the worker whose pipeline is being built now, also inside
+    :func:`no_worker_share` (a stage's own inner iterators are still that worker's), else None.
+    Iterators record it when they are created: it is their ``_ctx.mp_context`` (Grain's
+    ``MultiprocessingContext``, see :mod:`grain_core.dataset.grain_attrs`)."""
+    return _WORKER.get()

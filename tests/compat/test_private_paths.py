@@ -189,3 +189,12 @@ def test_worker_processes_import_user_modules_through_the_alias(tmp_path):
     proc = run_aliased([str(tmp_path / "main.py")], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[0, 2, 4, 6, 8, 10]"
+
+
+def test_custom_iterator_sees_its_worker_in_mp_context(tmp_path):
+    """A Grain-style iterator defined in ``__main__`` reads ``self._ctx.mp_context``: in the main
+    process 0 of 1, in each ``mp_prefetch`` worker that worker's index and the worker count, as in
+    Grain (and the class, sent to the workers by value, pickles)."""
+    proc = run_aliased([str(SCRIPTS / "worker_context.py"), str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == RECORDED["scripts"]["worker_context"]
