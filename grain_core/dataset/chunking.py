@@ -12,6 +12,8 @@ stages, which is always exact.
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,19 +97,19 @@ def mix_chunk(
     """
     if inflight is None:
         inflight = {}
+    # Whole-chunk steps in C (slices, Counter, dict.fromkeys, map): no Python step per element.
     period = len(order)
-    seq = [order[(pos + j) % period] for j in range(max_elements)]
-    need = [0] * len(parents)
-    first: dict[int, int] = {}  # parent -> its first position (offset from pos), in that order
-    for j, d in enumerate(seq):
-        if not need[d]:
-            first[d] = j
-        need[d] += 1
+    start = pos % period
+    seq = list(order[start : start + max_elements])
+    while len(seq) < max_elements:
+        seq += order[: max_elements - len(seq)]
+    need = Counter(seq)
     bound = max_elements  # no position at or after it is read
     error: Exception | None = None
     exhausted = False
     try:
-        for d, f in first.items():
+        for d in dict.fromkeys(seq):  # the parents in the order of their first position
+            f = seq.index(d)
             if f >= bound:
                 break
             try:
@@ -121,13 +123,16 @@ def mix_chunk(
             inflight[d] = g  # noted as the call returns: no call in between
             if len(g) < need[d]:  # short: the position of its first missing element bounds all
                 bound = min(bound, [j for j, x in enumerate(seq) if x == d][len(g)])
-        taken = [0] * len(parents)
-        out: list[Any] = []
-        append = out.append
-        for d in seq[:bound]:
-            i = taken[d]
-            append(inflight[d][i])
-            taken[d] = i + 1
+        picked = seq[:bound]
+        taken = need if bound == max_elements else Counter(picked)
+        if len(inflight) == 1:  # one parent: its elements in order
+            (g,) = inflight.values()
+            out = list(g[:bound])
+        else:
+            take = [None] * len(parents)
+            for d, g in inflight.items():
+                take[d] = iter(g).__next__
+            out = list(map(operator.call, map(take.__getitem__, picked)))
         for d in list(inflight):
             g = inflight[d]
             keep = g[: taken[d]]

@@ -285,13 +285,22 @@ class _MixedIterator(DatasetIterator):
         self.can_unread = self._chunked  # chunks only from parents that can
 
     def __next__(self):
+        # The common case first: an element of the latest chunk. (``_inflight`` is non-empty only
+        # after an interrupted read or give-back, which both leave the chunk all served.)
+        i = self._served
+        try:
+            x = self._read[i]
+        except IndexError:
+            return self._next_slow()
+        self._served = i + 1
+        return x
+
+    def _next_slow(self):
+        """``next()`` once the latest chunk is all served: gives back what an interrupted read
+        left noted, then reads the next chunk (or one element, from parents that cannot move
+        back)."""
         if self._inflight:
             give_back_inflight(self._parents, self._inflight)
-        i = self._served
-        read = self._read
-        if i < len(read):
-            self._served = i + 1
-            return read[i]
         if not self._chunked:
             return self._next_one()
         step = self._step
