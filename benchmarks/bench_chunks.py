@@ -123,6 +123,40 @@ def _packed_tokens(row) -> int:
     return int((row["tokens_segment_ids"] > 0).sum())
 
 
+def _floor_pack(docs):
+    # Plain Python first fit: each document goes into the first of 32 rows of 2048 tokens with
+    # room for it; when none has room, the rows are emitted (tokens, segment ids, positions) and
+    # refilled.
+    length, bins = 2048, 32
+
+    def fresh():
+        return [
+            (np.zeros(length, np.int32), np.zeros(length, np.int32), np.zeros(length, np.int32))
+            for _ in range(bins)
+        ]
+
+    rows, used, segs = fresh(), [0] * bins, [0] * bins
+    for doc in docs:
+        tokens = doc["tokens"]
+        n = len(tokens)
+        b = next((i for i in range(bins) if used[i] + n <= length), None)
+        if b is None:
+            for (t, s, p), u in zip(rows, used):
+                if u:
+                    yield {"tokens": t, "tokens_segment_ids": s, "tokens_positions": p}
+            rows, used, segs, b = fresh(), [0] * bins, [0] * bins, 0
+        t, s, p = rows[b]
+        u = used[b]
+        segs[b] += 1
+        t[u : u + n] = tokens
+        s[u : u + n] = segs[b]
+        p[u : u + n] = np.arange(n)
+        used[b] = u + n
+    for (t, s, p), u in zip(rows, used):
+        if u:
+            yield {"tokens": t, "tokens_segment_ids": s, "tokens_positions": p}
+
+
 # --- window shuffle over an IterDataset -----------------------------------------------------------
 
 
@@ -183,12 +217,13 @@ def _loader(lib, zero):
 
 def _floor(gen, count=lambda _: 1):
     """A reference timing the plain generator ``gen`` through the same consumer loop as
-    ``harness.measure`` (so the floor pays the same per-item cost of being consumed)."""
+    ``harness.measure`` (so the floor pays the same per-item cost of being consumed); ``gen``
+    gets the workload's setup data, if any."""
 
-    def run() -> int:
+    def run(*data) -> int:
         total = 0
         start = time.perf_counter()
-        for item in gen():
+        for item in gen(*data):
             total += count(item)
             if time.perf_counter() - start > 30:
                 break
@@ -221,6 +256,7 @@ def _workloads(zero: bool) -> list[Workload]:
             count=_packed_tokens,
             unit="tokens",
             target=5,
+            references=_floor(_floor_pack, _packed_tokens),
         ),
         Workload(
             f"WindowShuffleIterDataset(1000) over range({_N}) {tag}",
