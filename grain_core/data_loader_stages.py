@@ -91,8 +91,8 @@ class _SamplerSourceMapDataset(MapDataset):
     def __len__(self) -> int:
         return self._len
 
-    def _fingerprint_fields(self):
-        return (repr(self._sampler), source_identity(self._source))
+    def fingerprint_fields(self) -> dict[str, Any]:
+        return {"sampler": repr(self._sampler), "source": source_identity(self._source)}
 
     def _record_keys(self, positions: np.ndarray) -> list[int]:
         positions = _sampler_index(positions, self._shards)
@@ -100,7 +100,7 @@ class _SamplerSourceMapDataset(MapDataset):
             return self._keys(positions).tolist()
         return [int(self._sampler[i].record_key) for i in positions.tolist()]
 
-    def _getitem(self, index: int):
+    def element_at(self, index: int):
         if self._len == 0:
             raise IndexError("The sampler has no positions.")
         return self._source[self._record_keys(np.asarray([index % self._len]))[0]]
@@ -137,7 +137,7 @@ class _RecordsMapDataset(MapDataset):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitem(self, index: int):
+    def element_at(self, index: int):
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices):
@@ -182,8 +182,9 @@ class _OperationsMapDataset(MapDataset):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _fingerprint_fields(self):
-        return self._names
+    def fingerprint_fields(self) -> dict[str, Any]:
+        # One field per operation, so the digest is that of the names in order.
+        return {f"operation{i}": name for i, name in enumerate(self._names)}
 
     def _record_rng(self, index: int):
         index = index * self._shards.shard_count + self._shards.shard_index
@@ -206,8 +207,8 @@ class _OperationsMapDataset(MapDataset):
                 return None
         return x
 
-    def _getitem(self, index: int):
-        x = self._parent._getitem(index)
+    def element_at(self, index: int):
+        x = self._parent.element_at(index)
         return None if x is None else self._apply(index, x)
 
     def __getitems__(self, indices):

@@ -11,7 +11,7 @@ Statistics are off unless asked for, and off costs nothing: no flag is checked o
     print(it.stats())                   # or stats.collect(it); a table, slowest stage named
 
 How it works: every stage is given a subclass of its own class whose ``__next__`` (iterators) or
-``__getitems__`` / ``_getitem`` (``MapDataset`` stages read by ``to_iter_dataset``) records the time
+``__getitems__`` / ``element_at`` (``MapDataset`` stages read by ``to_iter_dataset``) records the time
 spent and the elements produced. ``MapDataset`` stages are shallow-copied before that, so the dataset
 you passed is not changed and plain ``iter(ds)`` on it stays uninstrumented.
 
@@ -422,9 +422,9 @@ def _instrument_map_dataset(ds: Any, rec: _Record) -> None:
 
         ns["__getitems__"] = __getitems__
     else:
-        orig_one = cls._getitem
+        orig_one = cls.element_at
 
-        def _getitem(self, index, _orig=orig_one, _rec=rec):
+        def element_at(self, index, _orig=orig_one, _rec=rec):
             t0 = _perf()
             try:
                 return _orig(self, index)
@@ -433,7 +433,7 @@ def _instrument_map_dataset(ds: Any, rec: _Record) -> None:
                 _rec.calls += 1
                 _rec.elements += 1
 
-        ns["_getitem"] = _getitem
+        ns["element_at"] = element_at
     _swap_class(ds, ns)
 
 

@@ -156,11 +156,11 @@ class RemainingMapDataset(MapDataset):
             "tail": self._remaining.tail,
         }
 
-    def _getitem(self, index: int) -> Any:
+    def element_at(self, index: int) -> Any:
         if self._len == 0:
             raise IndexError("No positions are left to read.")
         epoch, j = divmod(index, self._len)
-        return self._parent._getitem(self._remaining.position(j) + epoch * self._n)
+        return self._parent.element_at(self._remaining.position(j) + epoch * self._n)
 
     def __getitems__(self, indices: Any) -> list[Any]:
         idx = np.asarray(indices, dtype=np.int64)
@@ -169,7 +169,7 @@ class RemainingMapDataset(MapDataset):
         if self._len == 0:
             raise IndexError("No positions are left to read.")
         if self._n >= sys.maxsize and int(idx.max()) >= self._len:
-            return [self._getitem(int(i)) for i in idx]
+            return [self.element_at(int(i)) for i in idx]
         epoch, j = np.divmod(idx, self._len)
         return self._parent.__getitems__(self._remaining.positions(j) + epoch * self._n)
 

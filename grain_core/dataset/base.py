@@ -102,10 +102,6 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
             return derived
         return fallback_seed(self._lineage)
 
-    def _resolve_seed(self, seed: int | None) -> int:
-        """Kernel-internal alias of :meth:`resolve_seed`."""
-        return self.resolve_seed(seed)
-
     def pipe(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Returns ``func(self, *args, **kwargs)``: chains transformations that are not methods."""
         return func(self, *args, **kwargs)
@@ -194,19 +190,10 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         super().__init_subclass__(**kwargs)
         if "_getitems" in cls.__dict__ and "__getitems__" not in cls.__dict__:
             cls.__getitems__ = route_getitems(cls.__dict__["_getitems"])  # type: ignore[method-assign,assignment]
-        if "_getitem" in cls.__dict__:
-            return
-        if "element_at" in cls.__dict__:
-            # The public element hook: the kernel's internal fast path calls it directly.
-            cls._getitem = cls.__dict__["element_at"]  # type: ignore[method-assign]
-        elif "__getitem__" in cls.__dict__:
-            # Grain-style subclasses implement __getitem__ directly; route the kernel's calls to it.
-            user_getitem = cls.__dict__["__getitem__"]
-
-            def _getitem(self, index: int, _get=user_getitem):
-                return _get(self, index)
-
-            cls._getitem = _getitem  # type: ignore[method-assign]
+        if "__getitem__" in cls.__dict__ and "element_at" not in cls.__dict__:
+            # A Grain-style subclass implements __getitem__: it is also its element hook, so the
+            # stages reading it (parent.element_at(i)) call it directly.
+            cls.element_at = cls.__dict__["__getitem__"]  # type: ignore[method-assign]
 
     def element_at(self, index: int) -> T | None:
         """Returns the element at a non-negative ``index``; the element hook of a map stage.
@@ -217,10 +204,6 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         ``parent.__getitems__(indices)``. ``ds[i]`` (which also takes negative ints and slices)
         calls it. Grain-style subclasses may implement ``__getitem__`` instead.
         """
-        return self._getitem(index)
-
-    def _getitem(self, index: int) -> T | None:
-        """Kernel-internal element access (see :meth:`element_at`)."""
         raise NotImplementedError(
             f"{type(self).__name__} implements neither element_at nor __getitem__."
         )
@@ -241,7 +224,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
             if i < -n:
                 raise IndexError(f"index {i} out of range for a dataset of length {n}.")
             i += n
-        return self._getitem(i)
+        return self.element_at(i)
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[T | None]:
         """Returns the elements at non-negative ``indices`` in order (``None`` where missing).
@@ -249,7 +232,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         Transformations override this to work on the whole index array at once; sources that
         define ``__getitems__`` are read in bulk.
         """
-        get = self._getitem
+        get = self.element_at
         return [get(int(i)) for i in indices]
 
     @user_iter
@@ -265,10 +248,6 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         whose output depends on a seed or a size list them here; the default is none.
         """
         return {}
-
-    def _fingerprint_fields(self) -> tuple[Any, ...]:
-        """Kernel-internal: the values of :meth:`fingerprint_fields`, in order."""
-        return tuple(self.fingerprint_fields().values())
 
     # --- transformations -------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ def stage_label(ds: Any) -> str:
     """One stage's label: its ``__str__`` if the class defines one, else its class name."""
     if type(ds).__str__ is not object.__str__ and type(ds).__str__ is not type(ds).__repr__:
         return str(ds)
-    fields = ds._fingerprint_fields() if hasattr(ds, "_fingerprint_fields") else ()
+    fields = tuple(ds.fingerprint_fields().values()) if hasattr(ds, "fingerprint_fields") else ()
     inner = ", ".join(map(repr, fields))
     return f"{type(ds).__name__}({inner})"
 

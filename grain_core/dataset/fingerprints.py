@@ -18,7 +18,7 @@ def map_fingerprint_parts(ds: MapDataset) -> tuple[Any, ...]:
     return (
         type(ds).__name__,
         len(ds),
-        ds._fingerprint_fields(),
+        tuple(ds.fingerprint_fields().values()),
         tuple(map_fingerprint_parts(p) for p in ds.parents),
     )
 
@@ -50,11 +50,7 @@ def stage_descriptions(ds: MapDataset) -> list[str]:
     def visit(d: MapDataset) -> None:
         n = len(d)
         entry: dict[str, Any] = {"stage": type(d).__name__, "length": -1 if n >= sys.maxsize else n}
-        if type(d)._fingerprint_fields is MapDataset._fingerprint_fields:
-            fields = d.fingerprint_fields()
-        else:  # a kernel stage with unnamed fields
-            fields = {"fields": d._fingerprint_fields()} if d._fingerprint_fields() else {}
-        for key, value in fields.items():
+        for key, value in d.fingerprint_fields().items():
             entry[str(key)] = _describe_value(value)
         out.append(json.dumps(entry, separators=(",", ":")))
         for p in d.parents:

@@ -218,7 +218,7 @@ class DatasetAttrs:
         missing), in order. A subclass may override it (its bulk reads then come here) and call
         ``self._parent._getitems(...)`` or ``super()._getitems(...)``."""
         if getattr(type(self).__getitems__, "_grain_routed", False):  # type: ignore[attr-defined]
-            get = self._getitem  # type: ignore[attr-defined]
+            get = self.element_at  # type: ignore[attr-defined]
             return [get(int(i)) for i in indices]
         return list(self.__getitems__(indices))  # type: ignore[attr-defined]
 

@@ -349,7 +349,7 @@ class WithOptionsIterDataset(_OneParentIterDataset):
 
     def __iter__(self):
         it = _PassThroughIterator(iter(self._parent))
-        it._apply_options(self.options)
+        it.apply_options(self.options)
         return it
 
 

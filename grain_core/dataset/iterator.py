@@ -202,10 +202,6 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
         for p in self._parents:
             p.apply_options(options)
 
-    def _apply_options(self, options: DatasetOptions) -> None:
-        """Kernel-internal alias of :meth:`apply_options`."""
-        self.apply_options(options)
-
     def save(self, directory: Any) -> Coroutine[Any, Any, None]:
         """Returns a coroutine writing ``get_state()`` as of this call into ``directory``.
 

@@ -69,7 +69,7 @@ class SourceMapDataset(MapDataset):
     def _empty(self):
         return IndexError("Cannot read from an empty data source (length 0).")
 
-    def _getitem(self, index: int):
+    def element_at(self, index: int):
         if self._len == 0:
             raise self._empty()
         return self._source[index % self._len]
@@ -145,8 +145,8 @@ class SeedMapDataset(MapDataset):
     def fingerprint_fields(self):
         return {"seed": self._seed}
 
-    def _getitem(self, index):
-        return self._parent._getitem(index)
+    def element_at(self, index):
+        return self._parent.element_at(index)
 
     def __getitems__(self, indices):
         return self._parent.__getitems__(indices)
@@ -189,12 +189,12 @@ class ShuffleMapDataset(MapDataset):
         self._perm_cache = (epoch, perm)
         return perm
 
-    def _getitem(self, index):
+    def element_at(self, index):
         n = self._n
         if n == 0:
             raise IndexError("Cannot read from an empty dataset.")
         epoch, j = divmod(index, n)
-        return self._parent._getitem(epoch * n + self._perm(epoch)(j))
+        return self._parent.element_at(epoch * n + self._perm(epoch)(j))
 
     def __getitems__(self, indices):
         n = self._n
@@ -252,11 +252,11 @@ class SliceMapDataset(MapDataset):
         # states in either mode.
         return {"start": self._start, "stop": self._stop, "step": self._step}
 
-    def _getitem(self, index):
+    def element_at(self, index):
         if self._len == 0:
             raise IndexError("Cannot read from an empty slice.")
         epoch, j = divmod(index, self._len)
-        return self._parent._getitem(self._start + j * self._step + epoch * self._epoch_stride)
+        return self._parent.element_at(self._start + j * self._step + epoch * self._epoch_stride)
 
     def __getitems__(self, indices):
         idx = _index_array(indices)
@@ -266,8 +266,8 @@ class SliceMapDataset(MapDataset):
             raise IndexError("Cannot read from an empty slice.")
         if self._n >= sys.maxsize and int(idx.max()) >= self._len:
             # Later epochs of a slice of an infinite parent lie past int64: read them one by one
-            # with Python ints, exactly as _getitem does.
-            return [self._getitem(int(i)) for i in idx]
+            # with Python ints, exactly as element_at does.
+            return [self.element_at(int(i)) for i in idx]
         epoch, j = np.divmod(idx, self._len)
         return self._parent.__getitems__(self._start + j * self._step + epoch * self._epoch_stride)
 
@@ -323,8 +323,8 @@ class MapMapDataset(_OneToOneMapDataset):
     def __init__(self, parent: MapDataset, transform: Any):
         super().__init__(parent, transform, tr.Map, "map()")
 
-    def _getitem(self, index):
-        x = self._parent._getitem(index)
+    def element_at(self, index):
+        x = self._parent.element_at(index)
         return None if x is None else self._fn(x)
 
     def __getitems__(self, indices):
@@ -345,8 +345,8 @@ class RandomMapMapDataset(_OneToOneMapDataset):
     def fingerprint_fields(self):
         return {"seed": self._seed}
 
-    def _getitem(self, index):
-        x = self._parent._getitem(index)
+    def element_at(self, index):
+        x = self._parent.element_at(index)
         return None if x is None else self._fn(x, self._rngs(index))
 
     def __getitems__(self, indices):
@@ -363,8 +363,8 @@ class MapWithIndexMapDataset(_OneToOneMapDataset):
     def __init__(self, parent: MapDataset, transform: Any):
         super().__init__(parent, transform, tr.MapWithIndex, "map_with_index()")
 
-    def _getitem(self, index):
-        x = self._parent._getitem(index)
+    def element_at(self, index):
+        x = self._parent.element_at(index)
         return None if x is None else self._fn(index, x)
 
     def __getitems__(self, indices):
@@ -379,8 +379,8 @@ class FilterMapDataset(_OneToOneMapDataset):
     def __init__(self, parent: MapDataset, transform: Any):
         super().__init__(parent, transform, tr.Filter, "filter()")
 
-    def _getitem(self, index):
-        x = self._parent._getitem(index)
+    def element_at(self, index):
+        x = self._parent.element_at(index)
         return x if x is not None and self._fn(x) else None
 
     def __getitems__(self, indices):
@@ -462,7 +462,7 @@ class BatchMapDataset(MapDataset):
             return None
         return stack_batch(items, self._batch_fn)
 
-    def _getitem(self, index):
+    def element_at(self, index):
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices):
@@ -513,10 +513,10 @@ class RepeatMapDataset(MapDataset):
             return {"num_epochs": self._epochs, **_config.mode_fields(False, _reads_fixed_slices(self))}
         return {"num_epochs": self._epochs, "reseed_each_epoch": False}
 
-    def _getitem(self, index):
+    def element_at(self, index):
         if not self._reseed:
             index = index % len(self._parent)
-        return self._parent._getitem(index)
+        return self._parent.element_at(index)
 
     def __getitems__(self, indices):
         if not self._reseed:
@@ -548,7 +548,7 @@ class FlatMapMapDataset(MapDataset):
         cached = getattr(self._local, "last", None)
         if cached is not None and cached[0] == parent_index:
             return cached[1]
-        x = self._parent._getitem(parent_index)
+        x = self._parent.element_at(parent_index)
         out = [] if x is None else list(self._fn(x))
         if len(out) > self._fan_out:
             raise ValueError(
@@ -558,7 +558,7 @@ class FlatMapMapDataset(MapDataset):
         self._local.last = (parent_index, out)
         return out
 
-    def _getitem(self, index):
+    def element_at(self, index):
         p, sub = divmod(index, self._fan_out)
         out = self._expand(p)
         return out[sub] if sub < len(out) else None
@@ -577,8 +577,8 @@ class ZipMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _getitem(self, index):
-        items = tuple(p._getitem(index) for p in self._parents)
+    def element_at(self, index):
+        items = tuple(p.element_at(index) for p in self._parents)
         return None if any(x is None for x in items) else items
 
     def __getitems__(self, indices):

@@ -134,16 +134,16 @@ class MixedMapDataset(MapDataset):
     def fingerprint_fields(self):
         return {"proportions": list(self._pattern.proportions)}
 
-    def _getitem(self, index):
+    def element_at(self, index):
         d, j = self._pattern.locate(index)
-        return self._parents[d]._getitem(j)
+        return self._parents[d].element_at(j)
 
     def __getitems__(self, indices):
         ks = np.asarray(indices, dtype=np.int64)
         if ks.size == 0:
             return []
         if int(ks.max()) >= 2**62:  # beyond int64 arithmetic: one at a time with Python ints
-            return [self._getitem(int(k)) for k in indices]
+            return [self.element_at(int(k)) for k in indices]
         datasets, within = self._pattern.locate_many(ks)
         out: list[Any] = [None] * ks.size
         for d in np.unique(datasets).tolist():
@@ -175,12 +175,12 @@ class ConcatenateMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _getitem(self, index):
+    def element_at(self, index):
         if self._len == 0:
             raise IndexError("Cannot read from an empty concatenation.")
         epoch, j = divmod(index, self._len)
         d = bisect.bisect_right(self._starts, j) - 1
-        return self._parents[d]._getitem(epoch * self._lens[d] + j - self._starts[d])
+        return self._parents[d].element_at(epoch * self._lens[d] + j - self._starts[d])
 
 
 class SelectionMapDataset(MapDataset):
@@ -197,13 +197,13 @@ class SelectionMapDataset(MapDataset):
     def __len__(self):
         return self._len
 
-    def _getitem(self, index):
+    def element_at(self, index):
         if self._len == 0:
             raise IndexError("Cannot read from an empty selection map (length 0).")
         d, j = self._map[index % self._len]
         if not 0 <= d < len(self._parents):
             raise IndexError(f"selection map chose dataset {d}, but there are {len(self._parents)}.")
-        return self._parents[d]._getitem(j)
+        return self._parents[d].element_at(j)
 
 
 class MixedIterDataset(IterDataset):

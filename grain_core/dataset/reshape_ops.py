@@ -282,7 +282,7 @@ class _RepeatIterator(_OneParentIterator):
         if fresh is None:
             fresh = self._fresh = self._parent_ds.__iter__()  # stored as the call returns
         if self._options is not None:
-            fresh._apply_options(self._options)
+            fresh.apply_options(self._options)
         old = self._parent
         self._parent, self._parents, self._epoch, self._seen, self._fresh, self._retired = (
             fresh, (fresh,), self._epoch + 1, 0, None, old

@@ -61,10 +61,10 @@ class ContiguousShareMapDataset(MapDataset):
     def _empty(self) -> IndexError:
         return IndexError("This worker's sequential slice of the source is empty.")
 
-    def _getitem(self, index: int) -> Any:
+    def element_at(self, index: int) -> Any:
         if self._len == 0:
             raise self._empty()
-        return self._source._getitem(self._start + index % self._len)
+        return self._source.element_at(self._start + index % self._len)
 
     def __getitems__(self, indices: Any) -> list[Any]:
         if len(indices) == 0:

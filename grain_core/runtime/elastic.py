@@ -131,7 +131,7 @@ class ProcessShard:
 
         parts = _slice_parts(map_fingerprint_parts(self.base), index, count)
         for d in self.stages:
-            parts = (type(d).__name__, parts[1], d._fingerprint_fields(), (parts,))
+            parts = (type(d).__name__, parts[1], tuple(d.fingerprint_fields().values()), (parts,))
         return parts
 
 
@@ -154,7 +154,7 @@ def process_shard(ds: Any, index: int, count: int) -> ProcessShard:
         stages.append(d)
         d = d.parents[0]
     n = len(d.parents[0])
-    got = d._fingerprint_fields()
+    got = tuple(d.fingerprint_fields().values())
     want = slice(index, None, count).indices(n)
     if tuple(got) != tuple(want):
         raise _error(
