@@ -2,7 +2,9 @@
 
 The dataset kernel's ``IterDataset.mp_prefetch`` builds a runtime stage and ``DatasetIterator.save`` /
 ``load`` write and read checkpoint files; the plugin registry refuses plugin factories that would
-shadow a method of ``MapDataset``/``IterDataset``. Those lower layers never import the runtime, the
+shadow a method of ``MapDataset``/``IterDataset``, and loads the kernel's built-in plugin
+(:mod:`grain_core.runtime.builtin`: the ``"processes"`` runtime, through the ``register_runtimes``
+hook). Those lower layers never import the runtime, the
 checkpoint package or the dataset kernel: this module, imported by ``grain_core/__init__``, installs
 the implementations into them. The runtime and checkpoint modules are still imported only when first
 used.
@@ -20,6 +22,7 @@ from grain_core import (
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.locator import installed
 from grain_core.plugins import registry
+from grain_core.runtime import builtin as builtin_plugin
 
 __all__: list[str] = []
 
@@ -56,3 +59,5 @@ def _own_names(cls: type) -> Callable[[], set[str]]:
 
 for _cls in (MapDataset, IterDataset):
     registry.reserve_factory_names(_cls.__name__, _own_names(_cls))
+
+registry.get_registry().add_builtin(builtin_plugin, builtin_plugin.PLUGIN_NAME)

@@ -25,6 +25,8 @@ def _providers() -> dict[str, str]:
         for p in reg.provided.values():
             mod = getattr(p.obj, "__module__", "") or ""
             top = mod.split(".")[0]
+            if top == "grain_core":  # the kernel's built-in plugin: provider_of names the kernel
+                continue
             if top and top not in out:
                 out[top] = p.distribution or f"{p.plugin} (registered in-process)"
     except Exception:
@@ -74,7 +76,7 @@ def stage_options(ds: Any) -> dict[str, Any]:
         if s is not None:
             opts[k] = s
     try:
-        fields = tuple(ds.fingerprint_fields().values())
+        fields = ds._fingerprint_fields()
         if fields:
             opts.setdefault("fields", [repr(f) for f in fields])
     except Exception:

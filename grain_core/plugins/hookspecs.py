@@ -64,5 +64,6 @@ def register_runtimes(register: RegisterFn) -> None:
     ``start_workers(job: grain_core.runtime.api.WorkerJob) -> WorkerPool`` (see
     ``grain_core.runtime.api`` and "Write a runtime" in ``docs/writing-plugins.md``). It is then
     selected with ``ds.mp_prefetch(options, runtime="<name>")``. ``name`` defaults to
-    ``obj.__name__``; ``"processes"`` is the kernel's own and cannot be taken.
+    ``obj.__name__``. The kernel registers its own ``"processes"`` runtime through this same hook
+    (its built-in plugin, :mod:`grain_core.runtime.builtin`); that name cannot be taken.
     """

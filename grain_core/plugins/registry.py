@@ -25,6 +25,12 @@ Discovery scans ``sys.path`` without the working directory unless the process st
 
 Worker processes re-run discovery with the same environment, and re-register the plugins that were
 registered explicitly by module name, so they see the same plugins.
+
+The kernel provides its own names through the same hooks, as *built-in* plugins
+(:meth:`Registry.add_builtin`; e.g. ``grain_core.runtime.builtin`` registers the ``"processes"``
+runtime): they load before every other plugin, whatever the environment says, are never unregistered,
+are not listed by :func:`grain_core.plugins.list_plugins`, and a name one of them registers cannot be
+taken by another plugin (that plugin fails to load, saying so).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pluggy
@@ -95,6 +101,18 @@ def registry_key(qualified: str) -> tuple[str, str]:
     """The :class:`Discovery` key of a ``<where>.<Name>`` of :data:`PROVIDERS`."""
     where, _, name = qualified.rpartition(".")
     return (f"factories:{where}" if where in ("MapDataset", "IterDataset") else where, name)
+
+
+#: :attr:`PluginInfo.status` of the kernel's built-in plugins (:meth:`Registry.add_builtin`).
+BUILTIN_STATUS = "built-in"
+
+# What each hook registers, in words (for errors).
+_KIND_WORDS = {
+    "register_sources": "source",
+    "register_transforms": "transformation",
+    "register_dataset_factories": "dataset factory",
+    "register_runtimes": "runtime",
+}
 
 
 class PluginError(RuntimeError):
@@ -177,7 +195,8 @@ class PluginInfo:
     distribution: str
     version: str
     entry_point: str
-    status: str  # "loaded", "failed", "blocked", "not allowed", "autoload disabled", "registered"
+    # "loaded", "failed", "blocked", "not allowed", "autoload disabled", "registered", "built-in"
+    status: str
     error: str = ""
     provides: list[str] = dataclasses.field(default_factory=list)
     reason: str = ""  # why it is (not) loaded, in words
@@ -202,13 +221,21 @@ class Discovery:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
+        #: The kernel's built-in plugins (:meth:`Registry.add_builtin`), kept out of ``plugins``.
+        self.builtins: dict[str, PluginInfo] = {}
         self.provided: dict[tuple[str, str], Provided] = {}
         self.conflicts: dict[tuple[str, str], list[Provided]] = {}
 
     # --- loading ----------------------------------------------------------------------------------
 
-    def load(self, explicit: list[tuple[Any, str]]) -> None:
-        """Loads entry points (those the environment selects) and then the explicit plugins."""
+    def load(
+        self, explicit: Sequence[tuple[Any, str]], builtins: Sequence[tuple[Any, str]] = ()
+    ) -> None:
+        """Loads the kernel's built-in plugins, then the entry points (those the environment
+        selects), then the explicit plugins."""
+        for plugin, name in builtins:
+            # A failure here is a kernel bug: it is raised, never skipped with a warning.
+            self._add(plugin, PluginInfo(name, "", "", "", BUILTIN_STATUS, reason="part of grain_core"))
         self._load_entry_points()
         for plugin, name in explicit:
             self._try_add(plugin, PluginInfo(name, "", "", "", "registered"))
@@ -287,7 +314,7 @@ class Discovery:
             self.plugins.setdefault(info.name, info)
             return
         validate_plugin(self.pm, plugin, info)
-        self.plugins[info.name] = info
+        (self.builtins if info.status == BUILTIN_STATUS else self.plugins)[info.name] = info
         hook_impls = {
             "register_sources": ("sources",),
             "register_transforms": ("experimental",),
@@ -340,10 +367,6 @@ class Discovery:
             spaces = ["experimental"]
             on = ""
         elif hook_name == "register_runtimes":
-            if name == "processes":
-                raise PluginError(
-                    f"plugin {info.name!r} cannot register the runtime 'processes': the kernel's."
-                )
             unknown = set(options)
             spaces = ["runtimes"]
             on = ""
@@ -359,6 +382,13 @@ class Discovery:
             spaces = [f"factories:{on}"]
         if unknown:
             raise PluginError(f"plugin {info.name!r}: unknown register options {sorted(unknown)}.")
+        for space in spaces:
+            other = self.provided.get((space, name))
+            if other is not None and other.plugin in self.builtins and other.obj is not obj:
+                raise PluginError(
+                    f"plugin {info.name!r} cannot register the {_KIND_WORDS[hook_name]} {name!r}: "
+                    f"the kernel's (built-in plugin {other.plugin!r}); register it under another name."
+                )
         for space in spaces:
             item = Provided(space, name, obj, info.name, info.distribution, info.version, on)
             key = (space, name)
@@ -435,6 +465,7 @@ class Registry:
         self._lock = threading.RLock()
         self._loaded = False
         self._explicit: list[tuple[Any, str]] = []
+        self._builtin: list[tuple[Any, str]] = []
         self._current = Discovery()
 
     def ensure_loaded(self) -> Discovery:
@@ -444,7 +475,7 @@ class Registry:
         with self._lock:
             if not self._loaded:
                 discovery = Discovery()
-                discovery.load(list(self._explicit))
+                discovery.load(list(self._explicit), list(self._builtin))
                 self._current = discovery
                 self._loaded = True
             return self._current
@@ -479,6 +510,21 @@ class Registry:
         validate_plugin(scratch, plugin, PluginInfo(name, "", "", "", "registered"))
         with self._lock:
             self._explicit.append((plugin, name))
+            self._loaded = False
+
+    def add_builtin(self, plugin: Any, name: str) -> None:
+        """Adds one of the kernel's own plugins (a module with ``@hookimpl`` functions, e.g.
+        ``grain_core.runtime.builtin``), registered by the kernel as it loads: it is loaded before
+        every other plugin at each discovery, whatever the environment selects; it is not listed
+        by ``list_plugins``, and the names it registers cannot be taken by another plugin. Adding
+        the same name again does nothing."""
+        scratch = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        scratch.add_hookspecs(hookspecs)
+        validate_plugin(scratch, plugin, PluginInfo(name, "", "", "", BUILTIN_STATUS))
+        with self._lock:
+            if any(n == name for _, n in self._builtin):
+                return
+            self._builtin.append((plugin, name))
             self._loaded = False
 
     def unregister(self, name: str) -> None:

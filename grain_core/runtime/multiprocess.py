@@ -5,7 +5,9 @@ Contract (see ``docs/runtime.md``):
 * ``num_workers == 0`` iterates the parent in this process (``iter(ds)`` is the parent's iterator).
 * With ``K > 0`` workers, the selected runtime (``runtime=``: a :class:`~grain_core.runtime.api.Runtime`
   object, or the name a plugin registered it under with the ``register_runtimes`` hook; default
-  ``"processes"``, :class:`~grain_core.runtime.processes.ProcessRuntime`) starts ``K`` workers.
+  ``"processes"``, :class:`~grain_core.runtime.processes.ProcessRuntime`, which the kernel's
+  built-in plugin :mod:`grain_core.runtime.builtin` registers through that same hook) starts ``K``
+  workers.
   Worker ``i`` receives the pipeline serialised with cloudpickle, runs ``worker_init_fn(i, K)``,
   builds its iterator inside :func:`grain_core.dataset.sharing.worker_share` ``(i, K)`` (so
   ``to_iter_dataset`` reads indices ``i::K``; a pipeline with no stage able to split its input is
@@ -41,7 +43,7 @@ from grain_core.dataset.sharing import worker_share
 from grain_core.options import MultiprocessingOptions
 from grain_core.runtime.consumer import RoundRobinConsumer
 from grain_core.runtime.job import WorkerJob
-from grain_core.runtime.processes import START_METHOD_ENV, ProcessRuntime
+from grain_core.runtime.processes import START_METHOD_ENV
 from grain_core.runtime.transport import Runtime, WorkerError
 from grain_core.validation import check_instance
 
@@ -56,7 +58,6 @@ __all__ = [
 
 #: The runtime ``mp_prefetch`` uses when none is given.
 DEFAULT_RUNTIME = "processes"
-_BUILT_IN: dict[str, Callable[[], Any]] = {"processes": ProcessRuntime}
 
 
 def default_multiprocessing_options() -> MultiprocessingOptions:
@@ -67,24 +68,22 @@ def default_multiprocessing_options() -> MultiprocessingOptions:
 
 def resolve_runtime(runtime: Runtime | str | None) -> Runtime:
     """The runtime object for ``mp_prefetch(..., runtime=runtime)``: an object with
-    ``start_workers(job)`` as it is; a name: ``"processes"`` or one registered by a plugin with the
-    ``register_runtimes`` hook (the registered class or factory is called without arguments);
-    None: ``"processes"``."""
+    ``start_workers(job)`` as it is; a name: one registered with the ``register_runtimes`` hook
+    (the kernel's ``"processes"`` or a plugin's; the registered class or factory is called without
+    arguments); None: ``"processes"``."""
     if runtime is None:
         runtime = DEFAULT_RUNTIME
     if isinstance(runtime, str):
-        factory = _BUILT_IN.get(runtime)
-        if factory is None:
-            from grain_core.plugins.registry import PluginNameError, get_registry
+        from grain_core.plugins.registry import PluginNameError, get_registry
 
-            try:
-                factory = get_registry().lookup("runtimes", runtime, "mp_prefetch runtime")
-            except PluginNameError:
-                known = sorted(set(_BUILT_IN) | set(get_registry().names("runtimes")))
-                raise ValueError(
-                    f"mp_prefetch: no runtime named {runtime!r}; known runtimes: {known}. A plugin "
-                    "adds one with the register_runtimes hook (see docs/writing-plugins.md)."
-                ) from None
+        try:
+            factory = get_registry().lookup("runtimes", runtime, "mp_prefetch runtime")
+        except PluginNameError:
+            known = get_registry().names("runtimes")
+            raise ValueError(
+                f"mp_prefetch: no runtime named {runtime!r}; known runtimes: {known}. A plugin "
+                "adds one with the register_runtimes hook (see docs/writing-plugins.md)."
+            ) from None
         runtime = factory()
     check_instance(
         runtime,

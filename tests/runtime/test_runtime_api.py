@@ -12,8 +12,9 @@ import pytest
 
 import grain_core as grain
 from grain_core import plugins
-from grain_core.plugins import hookimpl
+from grain_core.plugins import hookimpl, registry
 from grain_core.runtime import api
+from grain_core.runtime.processes import ProcessRuntime
 from grain_core.state import StateMismatchError
 
 pytestmark = pytest.mark.timeout(180)
@@ -156,13 +157,35 @@ def test_the_processes_name_is_the_kernels(fresh_plugins, monkeypatch):
     try:
         with pytest.warns(RuntimeWarning, match="cannot register the runtime 'processes'"):
             plugins.load_plugins()
-        assert "processes" not in plugins.provided_names("runtimes")
+        assert "squatter" in {p.name for p in plugins.list_plugins() if p.status == "failed"}
+        assert registry.lookup("runtimes", "processes", "test") is ProcessRuntime
         monkeypatch.setenv(plugins.ENV_STRICT, "1")
         plugins.reload_plugins()
         with pytest.raises(plugins.PluginError, match="cannot register the runtime 'processes'"):
             plugins.load_plugins()
     finally:
         plugins.unregister("squatter")
+
+
+def test_processes_is_registered_through_the_register_runtimes_hook(fresh_plugins, monkeypatch):
+    """The kernel's runtime comes from its built-in plugin's ``register_runtimes`` hook, like the
+    Ray plugin's: no other path finds it. It loads with autoload off and is not a listed plugin."""
+    from grain_core.runtime import builtin, multiprocess
+
+    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")
+    plugins.reload_plugins()
+    reg = registry.get_registry()
+    provided = reg.provided[("runtimes", "processes")]
+    assert provided.obj is ProcessRuntime and provided.plugin == builtin.PLUGIN_NAME
+    assert reg.pm.get_plugin(builtin.PLUGIN_NAME) is builtin
+    assert [impl.plugin for impl in reg.pm.hook.register_runtimes.get_hookimpls()] == [builtin]
+    assert builtin.PLUGIN_NAME not in {p.name for p in plugins.list_plugins()}
+    assert not hasattr(multiprocess, "_BUILT_IN")
+    assert isinstance(multiprocess.resolve_runtime(None), ProcessRuntime)
+    assert isinstance(multiprocess.resolve_runtime("processes"), ProcessRuntime)
+    plugins.unregister(builtin.PLUGIN_NAME)  # built-in plugins are not unregistered
+    plugins.reload_plugins()
+    assert reg.lookup("runtimes", "processes", "test") is ProcessRuntime
 
 
 def test_runtime_argument_is_checked_early():
