@@ -52,7 +52,7 @@ def _tr(name: str) -> str:
 _DS = "grain_core.dataset.base:"
 _EXP = "grain_core.experimental:"
 _ATTRS = "grain_core.dataset.grain_attrs:"
-_KERNEL = "grain_core.dataset.locator:installed."  # the kernel's stage classes, by their kind
+_KERNEL = "grain_core.dataset.base:stages."  # the kernel's stage classes, by their kind
 _PRIV = "grain_core.compat.grain_private:"
 
 #: Grain module path -> {Grain name: "grain_core module:attribute"}.
@@ -148,12 +148,14 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "get_element_spec": _EXP + "get_element_spec",
         "get_next_index": _EXP + "get_next_index",
         "set_next_index": _EXP + "set_next_index",
+        "get_execution_summary": "grain_core.compat.execution_summary:get_execution_summary",
     },
     "grain._src.python.dataset.stats": {
         "Stats": _ATTRS + "Stats",
         "Timer": _ATTRS + "Timer",
         "record_next_duration_if_output": _ATTRS + "record_next_duration_if_output",
         "HashableWeakRef": _PRIV + "HashableWeakRef",
+        "pretty_format_summary": "grain_core.compat.execution_summary:pretty_format_summary",
     },
     "grain._src.python.dataset.elastic_iterator": {"ElasticIterator": _EXP + "ElasticIterator"},
     "grain._src.python.dataset.sources.tfrecord_dataset": {

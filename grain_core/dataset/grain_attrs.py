@@ -18,31 +18,35 @@ unchanged. Contract, per attribute:
   builds its pipeline (a stage's inner iterators included); elsewhere (the main process, iterators
   created later, such as a new epoch's) ``process_index=0, process_count=1``. A subclass may assign
   another. ``merge`` keeps the other context's options where this one has none.
-* ``_stats`` (datasets and iterators): a :class:`Stats` whose recording calls Grain stages make
+* ``_stats`` (datasets and iterators): Grain's ``Stats`` for the recording calls Grain stages make
   (``with self._stats.record_self_time(): ...``, ``self._stats.record_output_spec(x)``,
-  ``record_bytes_consumed/produced``) return their element unchanged and record nothing:
-  grain_core's per-stage statistics are :mod:`grain_core.stats` (opt-in, without code in stages).
+  ``record_bytes_consumed/produced``). They return their element unchanged; they record only when
+  statistics are on (``py_debug_mode``, or ``STAGE_TIMING`` in the pipeline's options) when the
+  stage first reads ``self._stats``, as in Grain: see :mod:`grain_core.dataset.grain_stats`.
 * ``_closed`` (iterators): ``False`` until the base ``close()`` runs; ``_assert_not_closed()``
   raises Grain's ``ValueError`` after that.
 * ``_MUTATES_ELEMENT_SPEC``: Grain's informational class flag (``True``).
 * ``_getitems(indices)`` (map datasets): Grain's bulk read, the elements at ``indices``. A
   subclass that overrides it gets the kernel's bulk reads (:func:`route_getitems`), as in Grain.
 
-:class:`Timer` and :func:`record_next_duration_if_output` are the helpers of Grain's stats module
-that stage code calls (``@stats.record_next_duration_if_output`` on ``__next__``,
-``timer = stats.Timer()``): the decorator returns the method's result unchanged, the timer measures
-time. None of these attributes enters iterator states, so states and checkpoints are unchanged.
+:class:`Timer` and :func:`record_next_duration_if_output` (from
+:mod:`grain_core.dataset.grain_stats`) are the helpers of Grain's stats module that stage code calls
+(``@stats.record_next_duration_if_output`` on ``__next__``, ``timer = stats.Timer()``): the
+decorator returns the method's result unchanged, the timer measures time. None of these attributes enters iterator states, so states and checkpoints are unchanged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
+from grain_core.dataset.grain_stats import (
+    Stats,
+    Timer,
+    make_stats,
+    record_next_duration_if_output,
+)
 from grain_core.dataset.sharing import enclosing_worker
 from grain_core.options import DatasetOptions
 from grain_core.validation import check_instance
@@ -56,9 +60,6 @@ __all__ = [
     "Timer",
     "record_next_duration_if_output",
 ]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 class _OnlyParent:
     """``obj._parent``: the single parent (a non-data descriptor: an assigned value wins)."""
@@ -129,70 +130,20 @@ class _Context:
         return ctx
 
 
-class Stats:
-    """Grain's per-stage ``Stats`` interface; records nothing (see the module docstring)."""
-
-    output_spec: Any = None
-
-    @contextlib.contextmanager
-    def record_self_time(self, offset_ns: int = 0, num_elements: int = 1) -> Iterator[None]:
-        yield
-
-    def record_output_spec(self, element: Any) -> Any:
-        return element
-
-    def record_bytes_consumed(self, element: Any) -> Any:
-        return element
-
-    def record_bytes_produced(self, element: Any) -> Any:
-        return element
-
-    def report(self) -> None:
-        """Grain logs a summary here; grain_core's is :func:`grain_core.stats.collect`."""
-
-
 _NO_STATS = Stats()
 
 
 class _StatsAttr:
-    """``obj._stats``: a shared recording-free :class:`Stats` (an assigned value wins)."""
+    """``obj._stats``: made on first read by :func:`grain_stats.make_stats` and kept (a non-data
+    descriptor: an assigned value wins)."""
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        return self if obj is None else _NO_STATS
-
-
-class Timer:
-    """Grain's ``stats.Timer``: a context manager adding the nanoseconds spent inside it."""
-
-    def __init__(self) -> None:
-        self._total = 0
-        self._start: int | None = None
-
-    def __enter__(self) -> Timer:
-        self._start = time.perf_counter_ns()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._start is not None:
-            self._total += time.perf_counter_ns() - self._start
-            self._start = None
-
-    def value(self) -> int:
-        """Nanoseconds measured so far."""
-        return self._total
-
-    def reset(self) -> None:
-        self._total = 0
-
-
-def record_next_duration_if_output(next_fn: F) -> F:
-    """Grain's decorator for ``__next__``; here it returns the method's result unchanged."""
-
-    @functools.wraps(next_fn)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return next_fn(self, *args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+        if obj is None:
+            return self
+        stats = obj.__dict__.get("_grain_stats")
+        if stats is None:
+            stats = obj.__dict__["_grain_stats"] = make_stats(obj, _NO_STATS)
+        return stats
 
 
 def route_getitems(user_getitems: Callable[[Any, Any], Any]) -> Callable[[Any, Any], list[Any]]:
