@@ -106,6 +106,10 @@ class WorkerLoop:
     consumer has returned in this generation. Without that allowance, a group that starts while the
     consumer has nothing of this worker's leaves the one beyond the buffer to the next group (the
     buffer's worth goes first).
+
+    ``ahead_bytes`` replaces :data:`AHEAD_BYTES` as that byte allowance for this worker: a
+    transport with a high cost per call (Ray) raises it so that one call carries a group of
+    elements at a buffer of 1.
     """
 
     def __init__(
@@ -114,8 +118,10 @@ class WorkerLoop:
         index: int,
         endpoint: WorkerEndpoint,
         size_of: Callable[[Any], int] | None = None,
+        ahead_bytes: int = AHEAD_BYTES,
     ):
         self.job = job
+        self.ahead_bytes_limit = ahead_bytes
         self.index = index
         self.endpoint = endpoint
         self.size_of = size_of
@@ -325,7 +331,7 @@ class WorkerLoop:
         done = self.ahead_messages
         while done and done[0][0] <= self.consumed:
             self.ahead_bytes -= done.popleft()[1]
-        return AHEAD_BYTES - self.ahead_bytes
+        return self.ahead_bytes_limit - self.ahead_bytes
 
     def _produce(self, room: int, extra: int, byte_room: int) -> None:
         """Produces and sends one group: ``room`` elements, or up to ``extra`` while they take

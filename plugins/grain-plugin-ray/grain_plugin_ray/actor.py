@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from grain_core.author import WorkerJob, WorkerLoop, nbytes
+from grain_core.author import AHEAD_BYTES, WorkerJob, WorkerLoop, nbytes
 
 __all__ = ["ActorEndpoint", "Location", "WorkerActor"]
 
@@ -107,16 +107,19 @@ class Location:
 
 
 class WorkerActor:
-    """Worker ``index`` of ``job.worker_count``; see the module docstring."""
+    """Worker ``index`` of ``job.worker_count``; see the module docstring. ``ahead_bytes`` is the
+    worker loop's byte allowance (``RayRuntime.ahead_bytes``)."""
 
-    def __init__(self, job: WorkerJob, index: int):
+    def __init__(self, job: WorkerJob, index: int, ahead_bytes: int = AHEAD_BYTES):
         own_path = list(sys.path)
         job.environment.apply()
         # The consumer's paths first; this node's own after them (a remote node's interpreter may
         # live elsewhere than the consumer's).
         sys.path.extend(p for p in own_path if p not in sys.path)
         self._endpoint = ActorEndpoint()
-        self._loop = WorkerLoop(job, index, self._endpoint, size_of=nbytes)
+        self._loop = WorkerLoop(
+            job, index, self._endpoint, size_of=nbytes, ahead_bytes=ahead_bytes
+        )
         self._thread = threading.Thread(
             target=self._loop.run, name=f"grain_core-ray-worker-{index}", daemon=True
         )

@@ -4,9 +4,12 @@ The kernel's :class:`~grain_core.runtime.api.RoundRobinConsumer` (what ``mp_pref
 reads the channels; this module only moves messages:
 
 * :meth:`RayChannel.send` calls the actor's ``post`` with the next sequence number (no wait).
-  ``Consumed`` credits are coalesced: one is posted when it frees half of the actor's buffer, and a
-  pending one before the consumer waits for this actor (:meth:`RayChannel.peek` with nothing
-  queued); an actor call per element returned would cost more than producing small elements.
+  ``Consumed`` credits are coalesced: one is posted when it frees half of the actor's buffer or
+  half of its byte allowance (``RayRuntime.ahead_bytes``, counted with the size of the latest
+  element received; at most half the elements the worker loop's count bound lets the actor hold
+  ahead, so credits grow geometrically from the start), and a pending one before the consumer waits for this actor
+  (:meth:`RayChannel.peek` with nothing queued); an actor call per element returned would cost
+  more than producing small elements.
 * :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
   messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
   actor's output is always on its way. The object reference of a completed call is dropped as soon as its result is
@@ -30,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from grain_core.author import Consumed, WorkerLostError
+from grain_core.author import AHEAD_BYTES, Consumed, WorkerLostError, nbytes
 from grain_plugin_ray.resume import ResumePoint
 
 
@@ -50,6 +53,8 @@ __all__ = ["RayChannel", "RayWorkerPool"]
 
 #: How long one ``fetch`` call waits in the actor for a message before returning empty.
 FETCH_WAIT_SECONDS = 1.0
+#: The most elements one coalesced credit may stand for (tiny elements under a large allowance).
+MAX_CREDIT_STEP = 1 << 16
 
 
 class RayChannel:
@@ -75,6 +80,7 @@ class RayChannel:
         # Credits: posted when they free half of the actor's buffer (the actor never waits for
         # more), or before the consumer waits for this actor.
         self._credit_step = max(1, pool.buffer_size // 2)
+        self._element_bytes = 0  # nbytes of the first element of the latest group received
         self._credit_posted = (-1, 0)  # (generation, elements) of the last Consumed posted
         self._credit_due: Consumed | None = None
 
@@ -83,7 +89,15 @@ class RayChannel:
             return
         if isinstance(message, Consumed):
             gen, posted = self._credit_posted
-            if gen == message.generation and message.elements - posted < self._credit_step:
+            step = self._credit_step
+            if self._element_bytes:
+                # Half of the actor's byte allowance, and at most half of what its count bound
+                # (buffer + 1 + the elements credited) lets it hold: it never waits for a credit
+                # while the consumer still has half of that to return.
+                half = self._pool.ahead_bytes // (2 * self._element_bytes)
+                by_count = (self._pool.buffer_size + posted) // 2
+                step = max(step, min(half, by_count, MAX_CREDIT_STEP))
+            if gen == message.generation and message.elements - posted < step:
                 self._credit_due = message
                 return
             posted_now = (message.generation, message.elements)
@@ -174,6 +188,9 @@ class RayChannel:
         if new:
             self._placed = True
             seen = [self._resume.received_message(m) for m in new]  # idempotent per message
+            elements = getattr(new[-1], "elements", None)
+            if elements:
+                self._element_bytes = max(1, nbytes(elements[0]))
             self._inbox.extend(m for m in seen if m is not None)
             self._acked = new[-1].seq
         # The next fetch is on its way while these messages are consumed; dropping the reference
@@ -246,12 +263,15 @@ class RayWorkerPool:
         names: list[str],
         buffer_size: int = 1,
         spawn: Callable[[int, str], Any] | None = None,
+        ahead_bytes: int = AHEAD_BYTES,
     ):
         self.runtime = runtime
         self._spawn = spawn
         self._replacements: list[Any] = []  # every replacement actor started (killed at close)
         #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
         self.buffer_size = buffer_size
+        #: Bytes of finished elements each actor may hold ahead (``RayRuntime.ahead_bytes``).
+        self.ahead_bytes = ahead_bytes
         self.closed = False
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
 

@@ -13,14 +13,18 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from grain_core.author import WorkerJob
+from grain_core.author import AHEAD_BYTES, WorkerJob
 from grain_plugin_ray.actor import WorkerActor
 from grain_plugin_ray.pool import RayWorkerPool
 
-__all__ = ["ACTOR_NAMESPACE", "RayRuntime"]
+__all__ = ["ACTOR_NAMESPACE", "DEFAULT_AHEAD_BYTES", "RayRuntime"]
 
 #: The Ray namespace of the worker actors (``ray.util.list_named_actors(all_namespaces=True)``).
 ACTOR_NAMESPACE = "grain_core"
+
+#: ``RayRuntime.ahead_bytes`` by default: bytes of finished elements an actor may hold ahead of
+#: ``next()`` beyond ``per_worker_buffer_size``, so that one actor call carries a group of elements.
+DEFAULT_AHEAD_BYTES = 16 << 20
 
 
 def _positive(name: str, value: Any, kind: type | tuple[type, ...] = int) -> None:
@@ -54,6 +58,14 @@ class RayRuntime:
         a group of elements even when ``per_worker_buffer_size`` is small and the elements are
         large (Grain's default 1 then costs an actor round trip per element). Elements, order and
         state do not change; only how far the actors run ahead (memory) does.
+      ahead_bytes: how far an actor may run ahead in bytes (default :data:`DEFAULT_AHEAD_BYTES`,
+        16 MiB; at least the kernel's ``AHEAD_BYTES``, 1 MiB): beyond ``per_worker_buffer_size``,
+        an actor starts another element while the elements it holds ahead of ``next()`` take
+        under this many bytes (the worker loop's byte allowance, which worker processes have at
+        1 MiB), and the consumer credits it once per half of it. So at Grain's default buffer of 1
+        one actor call carries a group of elements of any size under it, where each element
+        would otherwise cost a round trip. Elements, order and state do not change; only how far
+        the actors run ahead (memory in Ray's object store) does.
       max_restarts: 0 (default): a dead actor ends the iteration with ``WorkerError`` (restore
         the last checkpoint to continue). ``n > 0``: the iterator replaces a dead actor up to
         ``n`` times per worker; the new actor restarts from the state of the last elements
@@ -73,6 +85,7 @@ class RayRuntime:
     start_timeout_s: float = 120.0
     min_buffer_size: int | None = None
     max_restarts: int = 0
+    ahead_bytes: int = DEFAULT_AHEAD_BYTES
 
     def __post_init__(self) -> None:
         if self.address is not None and not isinstance(self.address, str):
@@ -99,6 +112,15 @@ class RayRuntime:
         _positive("start_timeout_s", self.start_timeout_s, (int, float))
         if self.min_buffer_size is not None:
             _positive("min_buffer_size", self.min_buffer_size)
+        if (
+            isinstance(self.ahead_bytes, bool)
+            or not isinstance(self.ahead_bytes, int)
+            or self.ahead_bytes < AHEAD_BYTES
+        ):
+            raise ValueError(
+                f"RayRuntime.ahead_bytes must be an int >= {AHEAD_BYTES} (the worker loop's own "
+                f"allowance, grain_core.author.AHEAD_BYTES), got {self.ahead_bytes!r}."
+            )
         if (
             isinstance(self.max_restarts, bool)
             or not isinstance(self.max_restarts, int)
@@ -150,7 +172,7 @@ class RayRuntime:
 
         def spawn(i: int, name: str) -> Any:
             opts = self.actor_options(name, ACTOR_NAMESPACE)
-            return actor_class.options(**opts).remote(job_ref, i)
+            return actor_class.options(**opts).remote(job_ref, i, self.ahead_bytes)
 
         actors: list[Any] = []
         try:
@@ -160,4 +182,6 @@ class RayRuntime:
             for a in actors:
                 ray.kill(a, no_restart=True)
             raise
-        return RayWorkerPool(self, actors, names, actor_job.buffer_size, spawn)
+        return RayWorkerPool(
+            self, actors, names, actor_job.buffer_size, spawn, ahead_bytes=self.ahead_bytes
+        )

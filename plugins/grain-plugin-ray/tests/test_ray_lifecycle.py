@@ -75,6 +75,9 @@ def test_bad_runtime_options_are_refused_early():
     for bad in (-1, True, 1.0):
         with pytest.raises(ValueError, match="max_restarts"):
             RayRuntime(max_restarts=bad)
+    for bad in (AHEAD_BYTES - 1, True, 2.0 * AHEAD_BYTES):
+        with pytest.raises(ValueError, match="ahead_bytes"):
+            RayRuntime(ahead_bytes=bad)
 
 
 def test_worker_exception_is_reraised_after_the_elements_before_it():
@@ -199,8 +202,9 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path, buffer, min_buff
     produces while its buffer is full; with min_buffer_size it does run that far ahead, less the
     credits the channel holds back (it posts one when it frees half the buffer, or when the
     consumer waits: this consumer does not wait, so up to ``bound // 2 - 1`` returned elements
-    may not be credited yet). Elements of ``AHEAD_BYTES`` each, so the bound is in elements
-    (smaller ones may run further ahead, up to that many bytes: as in a worker process)."""
+    may not be credited yet). Elements of ``AHEAD_BYTES`` each under ``ahead_bytes=AHEAD_BYTES``,
+    so the bound is in elements (smaller ones may run further ahead, up to that many bytes: as in
+    a worker process; the byte bound is the next test's)."""
     held_back = max(1, bound // 2) - 1
     log = tmp_path / "produced"
 
@@ -212,7 +216,7 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path, buffer, min_buff
     def produced() -> int:
         return len(log.read_text().split()) if log.exists() else 0
 
-    rt = RayRuntime(num_cpus=0, min_buffer_size=min_buffer)
+    rt = RayRuntime(num_cpus=0, min_buffer_size=min_buffer, ahead_bytes=AHEAD_BYTES)
     ds = grain.MapDataset.range(200).to_iter_dataset().map(record)
     options = MP(num_workers=1, per_worker_buffer_size=buffer)
     with iter(ds.mp_prefetch(options, runtime=rt)) as it:
@@ -226,6 +230,39 @@ def test_back_pressure_bounds_elements_produced_ahead(tmp_path, buffer, min_buff
             assert produced() >= consumed + bound - held_back, (consumed, produced())
             time.sleep(2)  # room for a worker that ignored the bound to run far ahead
             assert produced() <= consumed + bound + 1, (consumed, produced())
+
+
+def test_actors_group_elements_up_to_ahead_bytes_at_a_buffer_of_one(tmp_path):
+    """At Grain's default buffer of 1, an actor runs ahead of ``next()`` by bytes: it starts another
+    element while those it holds ahead take under ``RayRuntime.ahead_bytes`` (here 8 elements of
+    1 MiB), so one call carries a group; it never holds more than that plus the one in
+    production. The consumer credits it every half allowance (at most 3 returned elements of 1
+    MiB uncredited here, plus the geometric start), so after 24 returned it has run at least 3
+    beyond the buffer's bound of 2, and never beyond ``24 + 8 + 1``."""
+    log = tmp_path / "produced"
+    mib = AHEAD_BYTES
+
+    def record(x):
+        with open(log, "a") as f:
+            f.write(f"{x}\n")
+        return np.full(mib // 8, x)
+
+    def produced() -> int:
+        return len(log.read_text().split()) if log.exists() else 0
+
+    rt = RayRuntime(num_cpus=0, ahead_bytes=8 * mib)
+    ds = grain.MapDataset.range(200).to_iter_dataset().map(record)
+    with iter(ds.mp_prefetch(MP(num_workers=1, per_worker_buffer_size=1), runtime=rt)) as it:
+        assert it.pool.buffer_size == 1 and it.pool.ahead_bytes == 8 * mib
+        consumed = 24
+        for _ in range(consumed):
+            next(it)
+        deadline = time.monotonic() + 120  # a liveness bound, not a timing assertion
+        while produced() < consumed + 2 + 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert produced() >= consumed + 2 + 3, produced()
+        time.sleep(2)  # room for an actor that ignored the byte bound to run far ahead
+        assert produced() <= consumed + 8 + 1, produced()
 
 
 def test_large_numpy_leaves_arrive_through_the_object_store():
