@@ -207,33 +207,27 @@ def _pool(concurrency: int) -> concurrent.futures.ThreadPoolExecutor:
         return _POOL
 
 
-def _fetch(fs: Any, path: str, starts: list[int], ends: list[int], concurrency: int) -> list[Any]:
+def _fetch(
+    fs: Any, paths: list[str], starts: list[int], ends: list[int], concurrency: int
+) -> list[Any]:
     """One try at every range; each result is ``bytes`` or the exception that range raised."""
     if getattr(fs, "async_impl", False):
-        return fs.cat_ranges(
-            [path] * len(starts), starts, ends, batch_size=concurrency, on_error="return"
-        )
-    if len(starts) == 1 or getattr(fs, "protocol", None) in ("memory", "file", ("file", "local")):
-        out: list[Any] = []
-        for s, e in zip(starts, ends):
-            try:
-                out.append(fs.cat_file(path, start=s, end=e))
-            except Exception as err:
-                out.append(err)
-        return out
+        return fs.cat_ranges(paths, starts, ends, batch_size=concurrency, on_error="return")
 
-    def one(s: int, e: int) -> Any:
+    def one(p: str, s: int, e: int) -> Any:
         try:
-            return fs.cat_file(path, start=s, end=e)
+            return fs.cat_file(p, start=s, end=e)
         except Exception as err:
             return err
 
-    return list(_pool(concurrency).map(one, starts, ends))
+    if len(starts) == 1 or getattr(fs, "protocol", None) in ("memory", "file", ("file", "local")):
+        return [one(p, s, e) for p, s, e in zip(paths, starts, ends)]
+    return list(_pool(concurrency).map(one, paths, starts, ends))
 
 
 def read_ranges(
     fs: Any,
-    path: str,
+    path: str | Sequence[str],
     starts: Sequence[int],
     ends: Sequence[int],
     *,
@@ -241,16 +235,29 @@ def read_ranges(
     concurrency: int = 64,
 ) -> list[bytes]:
     """The bytes ``[starts[i], ends[i])`` of ``path`` in ``fs``, read concurrently (at most
-    ``concurrency`` requests in flight). Ranges that fail transiently are retried (only those) per
-    ``retry``; a range that fails for good raises ``OSError`` naming the file and the range
-    (``FileNotFoundError`` / ``PermissionError`` pass through). A short range (past the end of the
+    ``concurrency`` requests in flight). ``path`` may also be a sequence of paths of ``fs``, one
+    per range (ranges of several files in one concurrent batch). Ranges that fail transiently are
+    retried (only those) per ``retry``; a range that fails for good raises ``OSError`` naming the
+    file and the range (``FileNotFoundError`` / ``PermissionError`` pass through). A short range (past the end of the
     file) is returned short: callers that know the file's size check it."""
     retry = retry or RetryPolicy()
     starts, ends = [int(s) for s in starts], [int(e) for e in ends]
+    paths = [path] * len(starts) if isinstance(path, str) else [str(p) for p in path]
+    if len(paths) != len(starts) or len(ends) != len(starts):
+        raise ValueError(
+            f"read_ranges: {len(paths)} paths, {len(starts)} starts and {len(ends)} ends; give "
+            "one path (or one per range) and as many starts as ends."
+        )
     out: list[Any] = [None] * len(starts)
     todo = list(range(len(starts)))
     for attempt in range(retry.attempts):
-        got = _fetch(fs, path, [starts[i] for i in todo], [ends[i] for i in todo], concurrency)
+        got = _fetch(
+            fs,
+            [paths[i] for i in todo],
+            [starts[i] for i in todo],
+            [ends[i] for i in todo],
+            concurrency,
+        )
         failed = []
         for i, r in zip(todo, got):
             if isinstance(r, BaseException):
@@ -258,7 +265,7 @@ def read_ranges(
                     if isinstance(r, (FileNotFoundError, PermissionError)):
                         raise r
                     raise OSError(
-                        f"reading bytes [{starts[i]}, {ends[i]}) of {path!r} failed: {r!r}"
+                        f"reading bytes [{starts[i]}, {ends[i]}) of {paths[i]!r} failed: {r!r}"
                     ) from r
                 failed.append((i, r))
             else:
@@ -270,7 +277,7 @@ def read_ranges(
             time.sleep(retry.delay(attempt))
     i, err = failed[0]
     raise OSError(
-        f"reading bytes [{starts[i]}, {ends[i]}) of {path!r} failed after {retry.attempts} tries "
+        f"reading bytes [{starts[i]}, {ends[i]}) of {paths[i]!r} failed after {retry.attempts} tries "
         f"({len(failed)} range(s) still failing): {err!r}"
     ) from err
 

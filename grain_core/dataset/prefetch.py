@@ -161,6 +161,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
         # Seconds per element of the last synchronous chunk read at each size (for _adapt_sync).
         self._sync_cost: dict[int, float] = {}
+        self._pool_cost: dict[int, float] = {}  # ... and of the last pool chunk (for _adapt)
         self._step_from: float | None = None  # when the current chunk was made current
         # Chunks read ahead from this index on are measured (None: not reading ahead now): once
         # the pool has read a buffer's worth since it started reading ahead (before, the consumer
@@ -218,9 +219,12 @@ class PrefetchDatasetIterator(DatasetIterator):
         per element to ``_SYNC_GAIN`` of the half size's or less (bulk reads with a high cost per
         call, such as ArrayRecord's reader or a remote source's round trip, grow to where that
         cost is spread). With threads, growing stops and halving starts at ``4 x
-        _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline).
-        Without threads the caller waits for every chunk anyway: a chunk that still gains grows
-        whatever it takes, and one that does not halves above ``_MAX_CHUNK_SECONDS``."""
+        _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline),
+        except for a chunk whose doubling still gained (or whose double was never read): a
+        source with a high latency per call (remote reads) keeps growing, so it gets indices in
+        bulk, not one per call. Without
+        threads the caller waits for every chunk anyway: a chunk that still gains grows whatever it
+        takes, and one that does not halves above ``_MAX_CHUNK_SECONDS``."""
         limit = self._chunk_limit(False)
         longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
         cost = seconds / max(elements, 1)
@@ -231,29 +235,44 @@ class PrefetchDatasetIterator(DatasetIterator):
         quick = 2 * seconds <= longest
         if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and (quick or self._sync)):
             self._sync_chunk = min(self._sync_chunk * 2, limit)
+        elif (gained or explore) and not self._sync:  # with threads: bulk calls still gain
+            self._sync_chunk = min(self._sync_chunk * 2, limit)
         elif seconds > longest and not (gained and self._sync):
             self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
         else:
             self._sync_chunk = min(self._sync_chunk, limit)
 
-    def _adapt(self, seconds: float, pool_seconds: float) -> None:
-        """Resizes pool chunks from how long the last one took on its own (``seconds``) and what
-        it cost the thread pool (``pool_seconds``: at most the time since the chunk before it was
-        done).
+    def _adapt(self, seconds: float, pool_seconds: float, elements: int) -> None:
+        """Resizes pool chunks from how long the last one (``elements`` elements) took on its own
+        (``seconds``) and what it cost the thread pool (``pool_seconds``: at most the time since
+        the chunk before it was done).
 
         Threads sharing the CPU (and the GIL) make every chunk take longer the more run at once, so
         ``seconds`` overstates what a chunk costs when threads contend; ``pool_seconds`` does not.
         Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
         own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
-        cost per call (ArrayRecord) get calls as large as one thread's share of the buffer."""
+        cost per call (ArrayRecord) get calls as large as one thread's share of the buffer. Chunks
+        whose cost per element fell to ``_SYNC_GAIN`` or less of the half size's (a source with a
+        high latency per call, e.g. a remote reader that makes a call's reads concurrent) keep
+        doubling up to the chunk limit, and do not halve: one element per call would pay the
+        latency per element."""
         limit = self._chunk_limit(True)
         self._typical_seconds = seconds
         budget = self._read_options.prefetch_buffer_size
+        cost = seconds / max(elements, 1)
+        self._pool_cost[elements] = cost
+        smaller = [k for k in self._pool_cost if elements // 2 <= k < elements]  # <= limit keys
+        half = self._pool_cost[max(smaller)] if smaller else None
+        gained = half is not None and cost <= _SYNC_GAIN * half
         if seconds < _MIN_CHUNK_SECONDS:
             self._chunk = min(self._chunk * 2, limit)
         elif pool_seconds < _POOL_GROW_SECONDS:
             per_thread = min(limit, budget // max(self._read_options.num_threads, 1))
             self._chunk = min(self._chunk * 2, max(self._chunk, per_thread), limit)
+        elif gained and elements >= self._chunk:
+            self._chunk = min(self._chunk * 2, limit)
+        elif gained:
+            self._chunk = min(self._chunk, limit)
         elif pool_seconds > _MAX_CHUNK_SECONDS:
             self._chunk = max(1, self._chunk // 2)
         else:
@@ -301,9 +320,14 @@ class PrefetchDatasetIterator(DatasetIterator):
                     self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
+            if len(self._buffer) >= 2 * self._read_options.num_threads:
+                break  # more would only queue: later chunks get the size learnt meanwhile
             stop = min(self._len, start + self._chunk)
             if budget - in_flight < stop - start and self._buffer:
-                stop = start + max(1, budget - in_flight)  # the last chunk fills the budget exactly
+                # Room for a whole chunk only (at most half the budget, so room comes as the
+                # consumer goes): topping the buffer up by the few elements consumed would cut
+                # every later chunk that small (one element per call for a slow source).
+                break
             fut = self._submit(start, stop)
             self._buffer += ((start, stop, fut, True),)  # with the next line: no call between
             self._read_to = stop
@@ -353,7 +377,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             if items:
                 self._elem_bytes = tree.nbytes(items[0]) or self._elem_bytes
             if sizes_pool:
-                self._adapt(seconds, pool_seconds)
+                self._adapt(seconds, pool_seconds, len(items))
             if not ahead:
                 self._adapt_sync(seconds, len(items))
             if not self._allow_nones:
@@ -554,7 +578,7 @@ class _LazyChunk:
             return self._read[pos]
         index = self._start + pos
         try:
-            x = self._ds.element_at(index)
+            x = self._ds._getitem(index)
         except Exception as e:
             e.add_note(f"raised while to_iter_dataset read index {index} of its MapDataset")
             raise

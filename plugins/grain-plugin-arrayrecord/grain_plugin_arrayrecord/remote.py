@@ -231,72 +231,113 @@ class RemoteReader:
 
     def read(self, indices: Sequence[int]) -> list[bytes]:
         """Records ``indices`` (numbers in this file, each in ``[0, num_records())``), in order."""
+        return read_many([(self, indices)])[0]
+
+    def _plan(self, indices: Sequence[int]) -> _Plan:
+        """What reading ``indices`` needs: the chunks that hold them, those found in the cache,
+        and the coalesced requests for the others."""
         idx = self.index()
         keys = np.asarray(indices, dtype=np.int64)
+        plan = _Plan(self, idx, keys)
         if keys.size == 0:
-            return []
+            return plan
         if keys.min() < 0 or keys.max() >= idx.num_records:
             raise IndexError(
                 f"record numbers must be in [0, {idx.num_records}) for {self.name!r}, got "
                 f"{int(keys.min())}..{int(keys.max())}."
             )
-        cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
-        uniq = np.unique(cids)
-        chunks: dict[int, riegeli.Chunk] = {}
+        plan.cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
         missing = []
-        for c in uniq.tolist():
+        for c in np.unique(plan.cids).tolist():
             got = _CHUNKS.get((self._key, c))
             if got is None:
                 missing.append(c)
             else:
-                chunks[c] = got
-        if missing:
-            self._fetch_chunks(np.asarray(missing, dtype=np.int64), idx, keys, cids, chunks)
-        local = keys - idx.record_starts[cids]
-        out = []
-        for c, i in zip(cids.tolist(), local.tolist()):
-            out.append(chunks[c].record(i))
-        return out
+                plan.chunks[c] = got
+        plan.missing = np.asarray(missing, dtype=np.int64)
+        plan.begins = idx.chunk_offsets[plan.missing]
+        plan.ends = idx.chunk_offsets[plan.missing + 1]
+        plan.requests = coalesce(plan.begins, plan.ends, self._max_gap, self._max_request)
+        return plan
 
-    def _fetch_chunks(
-        self,
-        missing: np.ndarray,
-        idx: riegeli.FileIndex,
-        keys: np.ndarray,
-        cids: np.ndarray,
-        chunks: dict[int, riegeli.Chunk],
-    ) -> None:
-        begins, ends = idx.chunk_offsets[missing], idx.chunk_offsets[missing + 1]
-        requests = coalesce(begins, ends, self._max_gap, self._max_request)
-        wave: list[tuple[int, int, int, int]] = []
-        wave_bytes = 0
-        for req in requests + [None]:  # type: ignore[list-item]
-            if req is not None and (not wave or wave_bytes + req[3] - req[2] <= self._max_inflight):
-                wave.append(req)
-                wave_bytes += req[3] - req[2]
-                continue
-            datas = self._ranges([r[2] for r in wave], [r[3] for r in wave])
-            for (i, j, b, e), data in zip(wave, datas):
-                self._check_length(data, b, e)
-                view = memoryview(data)
-                for k in range(i, j):
-                    c, cb, ce = int(missing[k]), int(begins[k]), int(ends[k])
-                    try:
-                        chunk = riegeli.decode_chunk(view[cb - b : ce - b], cb, self.name)
-                    except riegeli.ArrayRecordFormatError as err:
-                        first = int(keys[cids == c].min())
-                        raise ChunkReadError(err, first) from err
-                    expected = int(idx.record_starts[c + 1] - idx.record_starts[c])
-                    if len(chunk.ends) != expected:
-                        err = riegeli.ArrayRecordFormatError(
-                            f"the chunk holds {len(chunk.ends)} records, the footer says {expected}",
-                            self.name,
-                            cb,
-                        )
-                        raise ChunkReadError(err, int(keys[cids == c].min()))
-                    chunks[c] = chunk
-                    if expected > 1:
-                        _CHUNKS.put((self._key, c), chunk)
-            if req is None:
-                break
-            wave, wave_bytes = [req], req[3] - req[2]
+
+class _Plan:
+    """One reader's part of a :func:`read_many` call (see ``RemoteReader._plan``)."""
+
+    def __init__(self, reader: RemoteReader, idx: riegeli.FileIndex, keys: np.ndarray):
+        self.reader, self.idx, self.keys = reader, idx, keys
+        self.cids = np.zeros(0, dtype=np.int64)
+        self.chunks: dict[int, riegeli.Chunk] = {}
+        self.missing = self.begins = self.ends = self.cids
+        self.requests: list[tuple[int, int, int, int]] = []
+
+    def decode(self, request: tuple[int, int, int, int], data: bytes) -> None:
+        """Decodes the chunks of ``request`` (one of ``requests``) from its bytes ``data``."""
+        reader, idx = self.reader, self.idx
+        i, j, b, e = request
+        reader._check_length(data, b, e)
+        view = memoryview(data)
+        for k in range(i, j):
+            c, cb, ce = int(self.missing[k]), int(self.begins[k]), int(self.ends[k])
+            try:
+                chunk = riegeli.decode_chunk(view[cb - b : ce - b], cb, reader.name)
+            except riegeli.ArrayRecordFormatError as err:
+                raise ChunkReadError(err, self._first_record(c)) from err
+            expected = int(idx.record_starts[c + 1] - idx.record_starts[c])
+            if len(chunk.ends) != expected:
+                err = riegeli.ArrayRecordFormatError(
+                    f"the chunk holds {len(chunk.ends)} records, the footer says {expected}",
+                    reader.name,
+                    cb,
+                )
+                raise ChunkReadError(err, self._first_record(c))
+            self.chunks[c] = chunk
+            if expected > 1:
+                _CHUNKS.put((reader._key, c), chunk)
+
+    def _first_record(self, c: int) -> int:
+        return int(self.keys[self.cids == c].min())
+
+    def records(self) -> list[bytes]:
+        if self.keys.size == 0:
+            return []
+        chunks = self.chunks
+        local = self.keys - self.idx.record_starts[self.cids]
+        return [chunks[c].record(i) for c, i in zip(self.cids.tolist(), local.tolist())]
+
+
+def read_many(reads: Sequence[tuple[RemoteReader, Sequence[int]]]) -> list[list[bytes]]:
+    """``[reader.read(indices) for reader, indices in reads]``, with the requests of all of them
+    in flight together (one concurrent batch per filesystem, in waves of at most the first
+    reader's ``max_inflight`` bytes), so records of several files cost one round trip, not one
+    per file."""
+    plans = [reader._plan(indices) for reader, indices in reads]
+    groups: dict[int, list[_Plan]] = {}
+    for plan in plans:
+        if plan.requests:
+            groups.setdefault(id(plan.reader._fs), []).append(plan)
+    for group in groups.values():
+        first = group[0].reader
+        todo = [(plan, req) for plan in group for req in plan.requests]
+        pos = 0
+        while pos < len(todo):  # waves: each takes at least one request, so this ends
+            stop, size = pos + 1, todo[pos][1][3] - todo[pos][1][2]
+            while stop < len(todo):
+                more = todo[stop][1][3] - todo[stop][1][2]
+                if size + more > first._max_inflight:
+                    break
+                size += more
+                stop += 1
+            wave = todo[pos:stop]
+            datas = read_ranges(
+                first._fs,
+                [plan.reader._path for plan, _ in wave],
+                [req[2] for _, req in wave],
+                [req[3] for _, req in wave],
+                retry=first._retry,
+                concurrency=first._concurrency,
+            )
+            for (plan, req), data in zip(wave, datas):
+                plan.decode(req, data)
+            pos = stop
+    return [plan.records() for plan in plans]

@@ -29,7 +29,7 @@ from grain_core.author import (
     is_local,
     resolve_filesystem,
 )
-from grain_plugin_arrayrecord.remote import ChunkReadError, RemoteReader
+from grain_plugin_arrayrecord.remote import ChunkReadError, RemoteReader, read_many
 
 __all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike", "RecordReadError"]
 
@@ -354,21 +354,37 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                 else:
                     self._lock.notify_all()
 
+    def _chunk_error(self, f: int, e: ChunkReadError) -> RecordReadError:
+        starts, _ = self._index()
+        index = int(starts[f]) + e.record - int(self._skips[f])
+        return RecordReadError(
+            f"ArrayRecordDataSource: record {index} (record {e.record} of file "
+            f"{self._files[f]!r}) cannot be read: {e}",
+            self._files[f],
+            index,
+            e.record,
+        )
+
+    def _read_files(self, reads: list[tuple[int, list[int]]]) -> list[list[bytes]]:
+        """``[self._read(f, local) for f, local in reads]``; remote files' requests all in
+        flight together (one round trip for records of several files, not one per file)."""
+        with contextlib.ExitStack() as stack:
+            readers = [stack.enter_context(self._using(f)) for f, _ in reads]
+            if all(isinstance(r, RemoteReader) for r in readers):
+                try:
+                    return read_many([(r, local) for r, (_, local) in zip(readers, reads)])
+                except ChunkReadError as e:
+                    f = next(f for r, (f, _) in zip(readers, reads) if r.name == e.path)
+                    raise self._chunk_error(f, e) from e
+        return [self._read(f, local) for f, local in reads]
+
     def _read(self, f: int, local: list[int]) -> list[bytes]:
         with self._using(f) as r:
             if isinstance(r, RemoteReader):
                 try:
                     return r.read(local)
                 except ChunkReadError as e:
-                    starts, _ = self._index()
-                    index = int(starts[f]) + e.record - int(self._skips[f])
-                    raise RecordReadError(
-                        f"ArrayRecordDataSource: record {index} (record {e.record} of file "
-                        f"{self._files[f]!r}) cannot be read: {e}",
-                        self._files[f],
-                        index,
-                        e.record,
-                    ) from e
+                    raise self._chunk_error(f, e) from e
             try:
                 return r.read(local)
             except Exception as e:  # e.g. "Corrupted Riegeli/records file ...": locate the record
@@ -471,9 +487,10 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         # records are put back in the order asked.
         order = np.argsort(fids, kind="stable")
         bounds = np.flatnonzero(np.diff(fids[order])) + 1
+        groups = np.split(order, bounds)
+        got = self._read_files([(int(fids[g[0]]), local[g].tolist()) for g in groups])
         out: list[Any] = [None] * keys.size
-        for positions in np.split(order, bounds):
-            records = self._read(int(fids[positions[0]]), local[positions].tolist())
+        for positions, records in zip(groups, got):
             for p, rec in zip(positions.tolist(), records):
                 out[p] = rec
         return out
