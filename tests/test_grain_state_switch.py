@@ -5,8 +5,8 @@ whose data differ between Grain and grain_core's correct mode (a shuffle of ``2*
 -> slice -> repeat, a partial window, an uneven DataLoader shard) and every element Grain gave after
 them (``record_grain.py``). Restored into the same pipeline built in correct mode, the iterator
 continues with Grain's elements and logs a warning; with ``grain_exact`` set to False explicitly
-the state is refused. That a stage that cannot switch is named in the refusal is tested with the
-window-shuffle plugin in tests/integration/test_grain_state_switch_window.py.
+the state is refused, as it is when a stage cannot switch (named in the refusal). The
+window-shuffle plugin's partial window switches too: tests/integration/test_grain_state_switch_window.py.
 """
 
 from __future__ import annotations
@@ -122,3 +122,28 @@ def test_a_switched_mp_prefetch_state_restores_into_a_fresh_pipeline():
     finally:
         it.close()
     assert [first] + _rest(_restore(name, saved)) == RECORDED["cases"][name]["after"]
+
+
+class _Stubborn(grain.MapDataset):
+    """Records correct mode and offers no Grain-exact copy of itself (no ``_as_grain_exact``)."""
+
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __len__(self):
+        return len(self._parent)
+
+    def __getitem__(self, index):
+        return self._parent[index]
+
+    def fingerprint_fields(self):
+        return {"data_mode": "correct"}
+
+
+def test_a_stage_that_cannot_switch_is_named_and_nothing_changes():
+    it = iter(_Stubborn(grain.MapDataset.range(10).shuffle(seed=42)[:4].repeat(3)).to_iter_dataset())
+    before = it.get_state()
+    with pytest.raises(DataModeError, match="its _Stubborn stage"):
+        it.set_state({"next_index": 5})
+    assert it.get_state() == before
+    assert list(it) == [8, 6, 7, 9] * 3

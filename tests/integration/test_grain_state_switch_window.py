@@ -1,5 +1,5 @@
-"""A state written by google grain cannot switch a correct-mode ``WindowShuffleMapDataset`` with a
-partial last window: the refusal names that stage (the rest of the switch is tested in
+"""A state written by google grain switches a correct-mode ``WindowShuffleMapDataset`` with a
+partial last window to Grain's data, as it switches the kernel's stages (tested in
 tests/test_grain_state_switch.py; this needs the window-shuffle plugin, which the integration
 session installs). Recorded data: ``tests/grain_state_switch/grain_states.json``
 (``record_grain.py``, google grain 0.2.18)."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import pathlib
 
 import pytest
@@ -21,11 +22,12 @@ _spec = importlib.util.spec_from_file_location("_gss_cases", HERE / "cases.py")
 cases = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cases)
 RECORDED = json.loads((HERE / "grain_states.json").read_text())
+CASE = RECORDED["cases"]["window_partial"]
 
 
-def _restore(name):
-    it = iter(cases.make(name, grain, gp))
-    it.set_state(RECORDED["cases"][name]["state"])
+def _restore(state):
+    it = iter(cases.make("window_partial", grain, gp))
+    it.set_state(state)
     return it
 
 
@@ -37,12 +39,33 @@ def _rest(it):
             it.close()
 
 
-def test_a_stage_that_cannot_switch_is_named():
+def test_a_grain_state_switches_the_partial_window_to_grains_data(caplog):
+    assert grain.config.grain_exact is False
+    correct = [cases.to_json(x) for x in cases.make("window_partial", grain, gp)]
+    with caplog.at_level(logging.WARNING, logger="grain_core.dataset.grain_exact_switch"):
+        it = _restore(CASE["state"])
+    assert "WindowShuffleMapDataset" in caplog.text and "Grain-exact mode" in caplog.text
+    saved = it.get_state()
+    rest = _rest(it)
+    assert rest == CASE["after"]
+    assert saved["from_grain"] is True
+    assert _rest(_restore(saved)) == CASE["after"]  # its own state switches a fresh iterator too
+    # The dataset as built keeps correct mode: every epoch a permutation of its elements.
+    assert sorted(correct) == sorted(list(range(10)) * 2)
+
+
+def test_built_in_grain_exact_mode_reads_grains_data_without_switching(caplog):
+    with grain.config.override(grain_exact=True):
+        with caplog.at_level(logging.WARNING, logger="grain_core.dataset.grain_exact_switch"):
+            it = _restore(CASE["state"])
+        assert _rest(it) == CASE["after"]
+    assert not caplog.text
+
+
+def test_explicit_opt_out_refuses_the_grain_state():
     it = iter(cases.make("window_partial", grain, gp))
     before = it.get_state()
-    with pytest.raises(DataModeError, match="its WindowShuffleMapDataset stage"):
-        it.set_state(RECORDED["cases"]["window_partial"]["state"])
+    with grain.config.override(grain_exact=False):
+        with pytest.raises(DataModeError, match="WindowShuffleMapDataset"):
+            it.set_state(CASE["state"])
     assert it.get_state() == before
-    with grain.config.override(grain_exact=True):  # built in Grain-exact mode: Grain's data
-        exact = _restore("window_partial")
-    assert _rest(exact) == RECORDED["cases"]["window_partial"]["after"]

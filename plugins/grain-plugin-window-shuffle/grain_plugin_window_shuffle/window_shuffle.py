@@ -17,6 +17,7 @@ end. Both are seeded by an explicit ``seed`` or, when it is None, by the pipelin
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any
 
@@ -110,6 +111,18 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         state = self.__dict__.copy()
         state["_perms"] = {}  # rebuilt where it is read (e.g. in a worker process)
         return state
+
+    def _as_grain_exact(self) -> WindowShuffleMapDataset:
+        """This stage on the same parent as built in Grain-exact mode: Grain's windows (the last,
+        partial one read as a full window unless ``clip_last_window`` was given) and Grain's
+        index shuffle. The kernel's switch to Grain's data calls it when a state written by google
+        grain is restored into a correct-mode pipeline (``grain_core.dataset.grain_exact_switch``)."""
+        new = copy.copy(self)
+        new._grain_exact = True
+        if not new._clip_given:
+            new._clip = False
+        new._perms = {}
+        return new
 
     def __len__(self) -> int:
         return self._n
