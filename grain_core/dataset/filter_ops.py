@@ -12,11 +12,16 @@ from grain_core.dataset.base import IterDataset
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, unread
 from grain_core.dataset.filter_ratio import FilterRatioCheck
-from grain_core.dataset.iter_ops import _error_note, _Raise, _stage_name
-from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.dataset.iter_ops import (
+    _error_note,
+    _OneParentIterator,
+    _OneParentIterDataset,
+    _Raise,
+    _stage_name,
+)
 
 
-class FilterIterDataset(OneParentIterDataset):
+class FilterIterDataset(_OneParentIterDataset):
     """Only the elements for which ``transform(element)`` is true."""
 
     def __init__(self, parent: IterDataset, transform: Any):
@@ -33,7 +38,7 @@ class FilterIterDataset(OneParentIterDataset):
         return f"FilterIterDataset({tr.transform_name(self._transform)})"
 
 
-class _FilterIterator(OneParentIterator):
+class _FilterIterator(_OneParentIterator):
     """Keeps the elements ``fn`` accepts, testing whole chunks where the parent can move back.
 
     **Read-ahead kept inside.** Where the parent can move back (:func:`can_unread`), the filter
@@ -68,7 +73,6 @@ class _FilterIterator(OneParentIterator):
 
     def __init__(self, parent, fn, name="filter()"):
         super().__init__(parent)
-        self._parent = parent  # Grain's attribute, set: read per element
         self._fn = fn
         self._check = FilterRatioCheck(name)
         self._tested = 0  # parent elements read and not given back (for error messages)
@@ -335,7 +339,7 @@ class _FilterIterator(OneParentIterator):
             self._settle()
         held = self._held
         if held is not None:
-            return _state.make_state(self.kind, parent=held[1])
+            return _state.make_state(self.kind, parent=held[1], **self._extra_state())
         verdicts, s = self._verdicts, self._served
         if s < len(self._kept) or self._error is not None or (verdicts and not verdicts[-1]):
             self._give_back()
@@ -346,7 +350,7 @@ class _FilterIterator(OneParentIterator):
         self._since = -s
         return _state.make_state(self.kind, parent=self._parent.get_state())
 
-    def restore_position(self, state):
+    def _set_extra_state(self, state):
         self._held = self._owed = None
         self._error = None
         self._replay = []
