@@ -31,6 +31,9 @@ Plugins and runtimes
   ``hookimpl``, ``register``, ``ENTRY_POINT_GROUP``, the plugin errors; the runtime API
   (``WorkerJob``, ``WorkerLoop``, ``WorkerPool``, the messages ``Start`` / ``Elements`` / ``End`` /
   ``Failure`` / ...), see ``docs/writing-plugins.md``, "Write a runtime".
+Threads
+  ``ReadAhead``: an iterator read ahead by a background thread with exact states, bounded stops
+  and interrupt-safe commits (what thread prefetch and interleave's ``iter_buffer_size`` use).
 
 Each name is the kernel's own object (``author.StateField is grain_core.state.StateField``). Names
 are loaded when first used (PEP 562), so importing this module costs nothing and the runtime is
@@ -162,6 +165,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "WorkerPool",
         "next_or_rollback",
     ),
+    "grain_core.runtime.read_ahead": ("ReadAhead",),
 }
 
 _HOME: dict[str, str] = {name: mod for mod, names in _MODULES.items() for name in names}
@@ -256,6 +260,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         WorkerPool,
         next_or_rollback,
     )
+    from grain_core.runtime.read_ahead import ReadAhead
     from grain_core.seeds import (
         MAX_SEED,
         ElementRngs,

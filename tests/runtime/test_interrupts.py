@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import grain_core as grain
-from grain_core.runtime import processes, thread_prefetch
+from grain_core.runtime import processes, read_ahead
 from grain_core.testing import Injector, Interrupter, drain_with_injected, drain_with_interrupts
 
 pytestmark = pytest.mark.timeout(300)
@@ -112,7 +112,7 @@ def test_thread_prefetch_with_interrupts_at_the_blocking_point():
     ds = grain.experimental.ThreadPrefetchIterDataset(_ds(n), prefetch_buffer_size=2)
     it = iter(ds)
     try:
-        with Injector(thread_prefetch._Producer, "head", every=3) as injected:
+        with Injector(read_ahead.ReadAhead, "peek", every=3) as injected:
             assert drain_with_injected(it, injected) == list(range(n))
     finally:
         it.close()
@@ -125,7 +125,7 @@ def test_device_put_with_interrupts_at_the_blocking_point():
                                        device_buffer_size=2)
     it = iter(ds)
     try:
-        with Injector(thread_prefetch._Producer, "head", every=3) as injected:
+        with Injector(read_ahead.ReadAhead, "peek", every=3) as injected:
             out = drain_with_injected(it, injected)
         state = it.get_state()
     finally:

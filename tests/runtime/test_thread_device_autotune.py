@@ -69,33 +69,36 @@ def test_thread_prefetch_buffer_is_bounded_and_errors_surface():
 
 
 def test_thread_prefetch_producer_survives_the_consumer_removing_the_head():
-    # The producer counts its buffer while the consumer may remove the head between the two
-    # reads (seen in a Ray worker under load: the thread died on an IndexError and the consumer
-    # reported "thread prefetch stopped unexpectedly"). Here the removal happens right after
-    # len() on every count.
+    # The reading thread counts what it holds while the consumer may drop taken items from the
+    # buffer at any moment (seen in a Ray worker under load, when the count read the buffer: the
+    # thread died on an IndexError and the consumer reported that the thread had stopped). The
+    # count now reads numbers only: a consumer emptying the buffer under it changes nothing.
     import collections
 
-    from grain_core.runtime.thread_prefetch import _Producer
+    from grain_core.runtime.read_ahead import ReadAhead
 
-    class RemovedAfterLen(collections.deque):
+    class RemovedOnRead(collections.deque):
         def __len__(self):
-            n = super().__len__()
-            if n:
-                self.popleft()
-            return n
+            raise AssertionError("the count read the buffer")
 
-    p = _Producer(iter(grain.MapDataset.range(3).to_iter_dataset()), 2)
-    p.buffer = RemovedAfterLen([(1, "x", 0, None)])
-    p.last = (1, None)  # the head was returned: removed by the consumer meanwhile
-    assert p.occupied() == 0
-    p.buffer = RemovedAfterLen([(2, "x", 1, None), (3, "x", 2, None)])
-    assert p.occupied() == 2  # never less than what is really buffered: the bound holds
+        def __getitem__(self, i):
+            raise AssertionError("the count read the buffer")
+
+    ahead = ReadAhead(iter(grain.MapDataset.range(3).to_iter_dataset()), 2)
+    r = ahead._reading
+    r.buffer, r.seq = RemovedOnRead([(1, "x", 0, None)]), 1
+    ahead.mark = (1, None)  # the head was taken: the consumer may drop it meanwhile
+    assert r.occupied() == 0
+    r.buffer, r.seq = RemovedOnRead([(2, "x", 1, None), (3, "x", 2, None)]), 3
+    assert r.occupied() == 2  # never less than what is really held: the bound holds
+    ahead.mark = (0, None)  # a give-back moved the mark back: the count can only grow
+    assert r.occupied() == 3
 
 
 def test_thread_prefetch_producer_error_reaches_the_consumer(monkeypatch):
     # Whatever ends the producer thread other than close() or set_state reaches next() as an
     # error at that position, instead of "thread prefetch stopped unexpectedly".
-    from grain_core.runtime.thread_prefetch import _Producer
+    from grain_core.runtime.read_ahead import _Reading
 
     ds = experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(5).to_iter_dataset(), 2)
     with iter(ds) as it:
@@ -104,7 +107,7 @@ def test_thread_prefetch_producer_error_reaches_the_consumer(monkeypatch):
         def broken(self):
             raise IndexError("a bug in the producer")
 
-        monkeypatch.setattr(_Producer, "occupied", broken)
+        monkeypatch.setattr(_Reading, "occupied", broken)
         it.set_state(it.get_state())  # restarts the thread on the next call
         with pytest.raises(IndexError, match="a bug in the producer"):
             next(it)

@@ -13,7 +13,8 @@ Background work (off by default; neither changes the order nor the states):
 * ``num_make_iter_threads > 0``: the next ``make_iter_buffer_size`` datasets' iterators are created
   ahead in that many threads (useful when opening a file is slow).
 * ``iter_buffer_size > 0``: every open iterator is read ahead in its own thread into a buffer of
-  that many elements, each stored with the iterator state after it, so checkpoints stay exact.
+  that many elements, each stored with the iterator state after it, so checkpoints stay exact
+  (the kernel's ``ReadAhead``, the one read-ahead thread prefetch uses too).
   Errors raised by a dataset are re-raised in the consumer.
 
 Chunks: ``next_chunk(n)`` takes the round-robin's next ``n`` positions at once, asking each open
@@ -29,7 +30,7 @@ entry applied at the start of the next call, by ``get_state`` and by ``close``),
 removed from a reader's buffer only once a later call sees them committed. An interrupt after a
 dataset's iterator returned elements but before the commit gives them back to it (or holds them,
 with the state before them, for iterators that cannot move back). ``close()`` stops every thread,
-waiting for each at most ``threads.JOIN_SECONDS``: a thread still inside a dataset's code then
+waiting for each at most ``ReadAhead.JOIN_SECONDS``: a thread still inside a dataset's code then
 closes what it holds itself when that code returns, so ``close()`` (and a ``set_state`` that
 replaces open iterators, as a give-back after an interrupt does) never hangs. An iterator garbage
 collected without ``close()`` is cleaned up by a ``weakref.finalize`` the same way.
@@ -44,6 +45,7 @@ from typing import Any
 import grain_core as grain
 from grain_core.author import (
     InvalidStateError,
+    ReadAhead,
     StateField,
     check_int,
     check_state_int,
@@ -51,11 +53,11 @@ from grain_core.author import (
     make_state,
     no_worker_share,
 )
-from grain_plugin_interleave.threads import _End, _Failed, _Item, _Openers, _Resources, _Slot
+from grain_plugin_interleave.threads import _Openers, _Resources, _Slot
 
 __all__ = ["InterleaveIterDataset"]
 
-
+_ELEMENT, _END = ReadAhead.ELEMENT, ReadAhead.END
 
 def _non_negative(value: Any, name: str, positive: bool = False) -> int:
     return check_int(value, f"InterleaveIterDataset: {name}", minimum=1 if positive else 0)
@@ -302,15 +304,16 @@ class _InterleaveIterator(grain.DatasetIterator):
             after = turn + 1 if turn + 1 < cycle else 0
             reader = slot.reader
             if reader is not None:
-                item = reader.peek(1, wait=True)[0]
-                if isinstance(item, _End):
+                item = reader.peek(1, wait=True)[0]  # (seq, kind, value, state)
+                kind = item[1]
+                if kind is _END:
                     self._retire(turn, slot)
                     continue
-                if isinstance(item, _Failed):  # not consumed: every later call raises it too
-                    raise item.error
+                if kind is not _ELEMENT:  # an error, not consumed: every later call raises it
+                    raise item[2]
                 self._last = (turn, slot, None, reader.mark)
-                self._journal = (after, [(reader, (item.seq, item.state))], [], [], _KEEP)
-                return item.value
+                self._journal = (after, [(reader, (item[0], item[3]))], [], [], _KEEP)
+                return item[2]
             if slot.held:
                 x = slot.held[0]
                 self._last = (turn, slot, x, slot.held_state)
@@ -368,7 +371,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             for k in range(cycle):
                 if need[k]:
                     ready = slots[k].reader.peek(need[k], wait=False)
-                    got[k] = [item for item in ready if isinstance(item, _Item)]
+                    got[k] = [item for item in ready if item[1] is _ELEMENT]
         else:
             for k in range(cycle):
                 if need[k]:
@@ -386,7 +389,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             g = got[k]
             if i >= len(g):
                 break
-            append(g[i].value if buffered else g[i])
+            append(g[i][2] if buffered else g[i])
             taken[k] = i + 1
             j += 1
         n = len(out)
@@ -396,7 +399,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             items = [got[k][: taken[k]] for k in range(cycle)]
             marks = [s.reader.mark for s in slots]
             commits = [
-                (slots[k].reader, (items[k][-1].seq, items[k][-1].state))
+                (slots[k].reader, (items[k][-1][0], items[k][-1][3]))
                 for k in range(cycle)
                 if taken[k]
             ]
@@ -447,7 +450,7 @@ class _InterleaveIterator(grain.DatasetIterator):
             if slot.reader is not None:
                 taken = items[k]
                 left = len(taken) - c
-                mark = (taken[left - 1].seq, taken[left - 1].state) if left else last.marks[k]
+                mark = (taken[left - 1][0], taken[left - 1][3]) if left else last.marks[k]
                 marks.append((slot.reader, mark))
                 items[k] = taken[:left]
             else:

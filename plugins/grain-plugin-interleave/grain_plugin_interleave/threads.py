@@ -1,10 +1,13 @@
-"""Interleave's background threads: readers reading an open iterator ahead, and openers opening
-upcoming iterators ahead, with a consumer side that takes no lock an interrupt could leave held.
+"""Interleave's background threads: each open iterator read ahead by the kernel's
+:class:`~grain_core.author.ReadAhead` (``iter_buffer_size``), and openers opening upcoming
+iterators ahead (``num_make_iter_threads``), with a consumer side that takes no lock an interrupt
+could leave held.
 
-Stopping is bounded: ``stop()`` wakes a thread and waits for it at most :data:`JOIN_SECONDS`. A
-thread still inside user code then (a dataset's ``next()`` or ``__iter__`` that takes long) is left
-to finish on its own: it closes what it holds when that code returns, so nothing is left open and
-``close()`` never hangs, even right after a ``KeyboardInterrupt``.
+Stopping is bounded: ``close()`` / ``stop()`` wake a thread and wait for it at most
+:data:`JOIN_SECONDS` (the kernel's ``ReadAhead.JOIN_SECONDS``). A thread still inside user code
+then (a dataset's ``next()`` or ``__iter__`` that takes long) is left to finish on its own: it
+closes what it holds when that code returns, so nothing is left open and ``close()`` never hangs,
+even right after a ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -14,36 +17,10 @@ import threading
 from typing import Any
 
 import grain_core as grain
+from grain_core.author import ReadAhead
 
 #: The longest ``stop()`` waits for a thread to end before leaving it to close what it holds.
-JOIN_SECONDS = 1.0
-
-
-class _Item:
-    """An element read ahead by a reader thread: its number, value and the iterator state after it."""
-
-    __slots__ = ("seq", "state", "value")
-
-    def __init__(self, seq: int, value: Any, state: Any):
-        self.seq, self.value, self.state = seq, value, state
-
-
-class _End:
-    """Queued by a reader thread when its iterator is exhausted."""
-
-    __slots__ = ("seq",)
-
-    def __init__(self, seq: int):
-        self.seq = seq
-
-
-class _Failed:
-    """Queued by a reader thread when its iterator raised; the consumer re-raises ``error``."""
-
-    __slots__ = ("error", "seq")
-
-    def __init__(self, seq: int, error: BaseException):
-        self.seq, self.error = seq, error
+JOIN_SECONDS = ReadAhead.JOIN_SECONDS
 
 
 class _Wake:
@@ -71,113 +48,12 @@ class _Wake:
         self._lock.acquire(timeout=timeout)
 
 
-class _Reader:
-    """Reads an iterator ahead in a thread into a buffer of ``_Item`` / ``_End`` / ``_Failed``.
-
-    The consumer never removes anything while it decides: it reads the buffer (:meth:`peek`) and
-    commits what it took by assigning :attr:`mark` ``(seq, state after it)`` of the last item taken;
-    items up to the mark are dropped at its next :meth:`peek`. Only the consumer removes items
-    (from the left) and only the thread appends, so neither needs a lock. The thread keeps at most
-    ``size`` items past the mark.
-
-    ``stop()`` ends the thread, waiting for it at most :data:`JOIN_SECONDS`; it says who closes the
-    iterator: the caller (the thread has ended) or the thread itself, when it leaves the dataset's
-    code it was still in. A lock held only for two assignments makes that hand-over exact.
-    Idempotent, and safe to call again after an interrupt.
-    """
-
-    def __init__(self, it: grain.DatasetIterator, size: int, state: Any):
-        self._it = it
-        self._size = size
-        self._buffer: collections.deque = collections.deque()
-        self._ready = _Wake()  # set by the thread after each item
-        self._space = _Wake()  # set by the consumer when it dropped items, and by stop()
-        self.mark: tuple[int, Any] = (-1, state)
-        self._stopped = False
-        self._exit_lock = threading.Lock()
-        self._exited = False  # the thread is done with the iterator
-        self._handed_off = False  # the thread closes the iterator when it is done
-        self._thread = threading.Thread(target=self._run, daemon=True, name="interleave-reader")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _push(self, item: Any) -> None:
-        self._buffer.append(item)
-        self._ready.set()
-
-    def _run(self) -> None:
-        it, seq = self._it, 0
-        try:
-            while True:
-                while not self._stopped and seq - 1 - self.mark[0] >= self._size:
-                    self._space.wait(0.05)
-                if self._stopped:
-                    return
-                try:
-                    x = next(it)
-                except StopIteration:
-                    self._push(_End(seq))
-                    return
-                self._push(_Item(seq, x, it.get_state()))
-                seq += 1
-        except BaseException as e:  # re-raised in the consumer
-            self._push(_Failed(seq, e))
-        finally:
-            with self._exit_lock:
-                self._exited = True
-                close = self._handed_off
-            if close:  # stop() gave up waiting: the consumer is gone, nobody to report to
-                try:
-                    it.close()
-                except Exception:  # noqa: S110
-                    pass
-
-    def peek(self, n: int, wait: bool) -> list[Any]:
-        """Up to ``n`` items after the mark (waiting for one if ``wait``); an ``_End`` or
-        ``_Failed`` can only be the last. Changes nothing the consumer could lose."""
-        buf, mark = self._buffer, self.mark[0]
-        if buf and buf[0].seq <= mark:
-            while buf and buf[0].seq <= mark:
-                del buf[0]
-            self._space.set()
-        while wait and not buf:
-            if not self._thread.is_alive() and not buf:  # bounded: a dead thread pushes nothing
-                raise RuntimeError(
-                    "InterleaveIterDataset: a reader thread ended without a result (it was "
-                    "stopped, or failed outside the dataset's code); create a new iterator."
-                )
-            self._ready.wait(0.05)
-        out = [buf[i] for i in range(min(n, len(buf)))]
-        for i, item in enumerate(out):
-            if not isinstance(item, _Item):
-                return out[: i + 1]
-        return out
-
-    def stop(self) -> bool:
-        """Ends the thread; returns whether the caller must close the iterator (the thread has
-        ended, or never started) or not (the thread was still in the dataset's code after
-        :data:`JOIN_SECONDS` and closes the iterator itself when it leaves it)."""
-        self._stopped = True
-        self._space.set()
-        thread = self._thread
-        try:
-            thread.join(JOIN_SECONDS)
-        except RuntimeError:  # never started (or its start was interrupted: it sees _stopped)
-            pass
-        with self._exit_lock:
-            if self._exited or thread.ident is None:
-                return not self._handed_off
-            self._handed_off = True
-            return False
-
-
 class _Openers:
     """Threads opening the iterators of upcoming datasets ahead (``num_make_iter_threads``).
 
     ``submit(index)`` queues an index; ``take(index)`` waits for its iterator (or re-raises what
     opening it raised) and removes it, so an interrupted wait changes nothing. Lock-free on the
-    consumer side like :class:`_Reader`. ``stop()`` ends the threads, joins them and closes every
+    consumer side like ``ReadAhead``. ``stop()`` ends the threads, joins them and closes every
     iterator opened but not taken; one finished after ``stop`` is closed by its thread.
     """
 
@@ -275,8 +151,9 @@ class _Openers:
 
 
 class _Slot:
-    """One open dataset: its index, iterator and reader thread (with read-ahead), and the element
-    it holds given back (for iterators that cannot move back), with the state before it."""
+    """One open dataset: its index, iterator and read-ahead (a :class:`ReadAhead` of the iterator,
+    with ``iter_buffer_size``), and the element it holds given back (for iterators that cannot
+    move back), with the state before it."""
 
     __slots__ = ("can_unread", "held", "held_state", "index", "it", "reader")
 
@@ -286,25 +163,29 @@ class _Slot:
         self.can_unread = it.can_unread
         self.held: list[Any] = []
         self.held_state: Any = None
-        self.reader: _Reader | None = None
+        self.reader: ReadAhead | None = None
 
     def start_reader(self, buffer: int) -> None:
         """Starts reading ahead ``buffer`` elements in a thread (stopped by :meth:`close`)."""
-        reader = _Reader(self.it, buffer, self.it.get_state())
+        reader = ReadAhead(
+            self.it, buffer, owner="InterleaveIterDataset", thread_name="interleave-reader"
+        )
         self.reader = reader
         reader.start()
 
     def get_state(self) -> Any:
         if self.reader is not None:
-            return self.reader.mark[1]
+            return self.reader.state
         return self.held_state if self.held else self.it.get_state()
 
     def close(self) -> None:
-        """Stops the reader (bounded) and closes the iterator, or leaves that to the reader thread
-        while it is still inside the dataset's code. Idempotent."""
+        """Stops the read-ahead (bounded) and closes the iterator, or leaves that to the reading
+        thread while it is still inside the dataset's code. Idempotent."""
         reader = self.reader
-        if reader is None or reader.stop():
+        if reader is None:
             self.it.close()
+        else:
+            reader.close()
 
 
 class _Resources:

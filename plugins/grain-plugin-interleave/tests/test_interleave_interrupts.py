@@ -27,10 +27,10 @@ import grain_plugin_interleave
 import numpy as np
 import pytest
 from grain_plugin_interleave import interleave as impl
-from grain_plugin_interleave import threads as impl_threads
 
 import grain_core as grain
 from grain_core import testing
+from grain_core.author import ReadAhead
 from grain_core.dataset.prefetch import PrefetchDatasetIterator
 
 pytestmark = [
@@ -174,7 +174,7 @@ def test_stages_after_interleave_survive_real_interrupts(threads):
 def test_interrupts_while_waiting_on_a_reader_thread():
     kw = {"iter_buffer_size": 2}
     expected = list(_inter(**kw))
-    with testing.Injector(impl_threads._Reader, "peek", every=3) as injected:
+    with testing.Injector(ReadAhead, "peek", every=3) as injected:
         it = iter(_inter(**kw))
         assert testing.drain_with_injected(it, injected) == expected
         it.close()
