@@ -50,10 +50,9 @@ from grain_core.dataset import (
     prefetch,
     reshape_ops,
 )
-from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.base import IterDataset, MapDataset, stages
 from grain_core.dataset.cache import CacheIterDataset
 from grain_core.dataset.elastic_iterator import ElasticIterator
-from grain_core.dataset.locator import installed
 from grain_core.dataset.sequential import ContiguousShareMapDataset
 from grain_core.validation import check_instance
 
@@ -212,7 +211,7 @@ def _infer(ds: Any) -> Any:
     )
 
 
-installed.install(infer_element_spec=_infer)
+stages.infer_element_spec = _infer
 _INFERRED = base._inferred_element_spec()
 
 

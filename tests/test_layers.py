@@ -274,3 +274,134 @@ def test_low_layers_do_not_name_higher_ones(module):
     """The two modules the old circle ran through reach nothing above their layer."""
     graph = import_graph()
     assert all(layer_of(t) >= layer_of(module) for t in graph[module])
+
+
+# --- typed wiring: which module fills which builder of the kernel's stage tables ------------------
+
+#: The builders filled from a layer above the table's (docs/architecture.md, "Typed wiring"):
+#: (table module, builder) -> filling module. Exactly these; any other fill stays in its layer.
+UPWARD_FILLS: dict[tuple[str, str], str] = {
+    ("grain_core.dataset.base", "MultiprocessPrefetchIterDataset"): "grain_core._wiring",
+    ("grain_core.dataset.base", "infer_element_spec"): "grain_core.element_spec",
+    ("grain_core.dataset.iterator", "save_iterator_state"): "grain_core._wiring",
+    ("grain_core.dataset.iterator", "load_iterator_state"): "grain_core._wiring",
+    ("grain_core.dataset.locator", "debug_iterator"): "grain_core._wiring",
+}
+
+
+def _imported_names(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted name it was imported as (``from a.b import c`` gives ``a.b.c``)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    names[a.asname] = a.name
+                else:
+                    names[a.name.split(".")[0]] = a.name.split(".")[0]
+    return names
+
+
+def stage_tables() -> dict[str, tuple[str, frozenset[str]]]:
+    """Each table instance (``module.name``) -> (its module, the builders its class declares)."""
+    out = {}
+    for module, path in module_files().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        declared = {
+            node.name: frozenset(
+                s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            )
+            for node in tree.body
+            if isinstance(node, ast.ClassDef)
+            and any(getattr(b, "id", getattr(b, "attr", "")) == "StageTable" for b in node.bases)
+        }
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "id", None) in declared
+            ):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        out[f"{module}.{target.id}"] = (module, declared[node.value.func.id])
+    return out
+
+
+def wiring() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(table module, builder) -> [(filling module, dotted name of what it assigns), ...]."""
+    tables = stage_tables()
+    modules = module_files()
+    fills: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = _imported_names(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
+                    continue
+                table = imported.get(target.value.id, f"{module}.{target.value.id}")
+                if table not in tables:
+                    continue
+                value = ast.unparse(node.value)
+                head, _, rest = value.partition(".")
+                what = f"{imported[head]}.{rest}" if head in imported and rest else (
+                    imported.get(value, f"{module}.{value}")
+                )
+                fills.setdefault((tables[table][0], target.attr), []).append((module, what))
+    return fills
+
+
+def test_every_builder_is_filled_once_by_the_module_that_defines_it():
+    fills = wiring()
+    modules = module_files()
+    problems = []
+    for table, (module, declared) in stage_tables().items():
+        for builder in sorted(declared):
+            got = fills.pop((module, builder), [])
+            if len(got) != 1:
+                problems.append(f"{table}.{builder} is filled {len(got)} times: {got}")
+                continue
+            (filler, what) = got[0]
+            home, _, name = what.rpartition(".")
+            defined = {
+                n.name
+                for n in ast.parse(modules[home].read_text(encoding="utf-8")).body
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef))
+            } if home in modules else set()
+            if name not in defined:
+                problems.append(f"{table}.{builder} = {what} ({filler}): {home} does not define {name}")
+    problems += [f"{m}: assigns {b!r}, which no table declares" for (m, b) in fills]
+    assert not problems, "\n".join(problems)
+
+
+def test_fills_from_above_are_exactly_the_documented_ones():
+    upward = {}
+    for (table, builder), got in wiring().items():
+        for filler, _ in got:
+            if layer_of(filler) < layer_of(table):
+                upward[(table, builder)] = filler
+    assert upward == UPWARD_FILLS, (
+        "builders filled from a layer above their table differ from UPWARD_FILLS (and "
+        "docs/architecture.md, 'Typed wiring'); fill a builder from its own layer, or document why not"
+    )
+    documented = re.findall(
+        r"^\s*\|\s*`([\w.]+)`\s*\|\s*`(\w+)`\s*\|\s*`([\w.]+)`\s*\|", ARCHITECTURE.read_text(), re.M
+    )
+    assert {(t, b): f for t, b, f in documented} == UPWARD_FILLS, (
+        "docs/architecture.md's 'Typed wiring' table differs from UPWARD_FILLS"
+    )
+
+
+def test_the_wiring_reader_sees_which_module_builds_which_stage():
+    fills = wiring()
+    assert fills[("grain_core.dataset.base", "MapMapDataset")] == [
+        ("grain_core.dataset", "grain_core.dataset.map_ops.MapMapDataset")
+    ]
+    assert fills[("grain_core.dataset.base", "MultiprocessPrefetchIterDataset")] == [
+        ("grain_core._wiring", "grain_core._wiring._mp_prefetch_stage")
+    ]

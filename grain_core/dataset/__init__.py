@@ -6,17 +6,17 @@ Public helpers for plugins and the runtime:
 * :class:`PrefetchDatasetIterator` — the ``to_iter_dataset`` iterator; ``set_slice`` makes a worker
   read every ``count``-th index.
 
-Importing this package installs the stage classes into ``locator.installed``, which the methods of
-``MapDataset`` and ``IterDataset`` build (``base`` never imports the modules that import it).
+Importing this package fills ``base.stages`` with the stage classes that the methods of
+``MapDataset`` and ``IterDataset`` build, one typed line each (``base`` never imports the modules that
+import it; :mod:`grain_core.dataset.locator`).
 """
 
 from __future__ import annotations
 
-from grain_core.dataset import apply, batch_ops, describe, filter_ops, iter_ops, map_ops, mixing
-from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset import apply, batch_ops, filter_ops, iter_ops, map_ops, mixing, prefetch
+from grain_core.dataset.base import IterDataset, MapDataset, stages
 from grain_core.dataset.filter_ratio import FilterRatioError
 from grain_core.dataset.iterator import DatasetIterator
-from grain_core.dataset.locator import installed
 from grain_core.dataset.prefetch import PrefetchDatasetIterator, PrefetchIterDataset
 from grain_core.dataset.trees import dataset_tree, iterator_tree
 
@@ -31,44 +31,27 @@ __all__ = [
     "iterator_tree",
 ]
 
-installed.install(
-    describe=describe.describe,
-    apply_transformations=apply.apply_transformations,
-    PrefetchIterDataset=PrefetchIterDataset,
-    **{
-        name: getattr(module, name)
-        for module, names in [
-            (
-                map_ops,
-                (
-                    "SourceMapDataset",
-                    "SeedMapDataset",
-                    "ShuffleMapDataset",
-                    "SliceMapDataset",
-                    "MapMapDataset",
-                    "RandomMapMapDataset",
-                    "MapWithIndexMapDataset",
-                    "FilterMapDataset",
-                    "BatchMapDataset",
-                    "RepeatMapDataset",
-                ),
-            ),
-            (
-                iter_ops,
-                (
-                    "SeedIterDataset",
-                    "MapIterDataset",
-                    "RandomMapIterDataset",
-                    "MapWithIndexIterDataset",
-                ),
-            ),
-            (filter_ops, ("FilterIterDataset",)),
-            (batch_ops, ("BatchIterDataset",)),
-            (
-                mixing,
-                ("ConcatenateMapDataset", "MixedMapDataset", "SelectionMapDataset", "MixedIterDataset"),
-            ),
-        ]
-        for name in names
-    },
-)
+# Which module builds which stage of the MapDataset / IterDataset methods (typed against
+# base.Stages; tests/test_layers.py reads these lines).
+stages.SourceMapDataset = map_ops.SourceMapDataset
+stages.SeedMapDataset = map_ops.SeedMapDataset
+stages.ShuffleMapDataset = map_ops.ShuffleMapDataset
+stages.SliceMapDataset = map_ops.SliceMapDataset
+stages.MapMapDataset = map_ops.MapMapDataset
+stages.RandomMapMapDataset = map_ops.RandomMapMapDataset
+stages.MapWithIndexMapDataset = map_ops.MapWithIndexMapDataset
+stages.FilterMapDataset = map_ops.FilterMapDataset
+stages.BatchMapDataset = map_ops.BatchMapDataset
+stages.RepeatMapDataset = map_ops.RepeatMapDataset
+stages.ConcatenateMapDataset = mixing.ConcatenateMapDataset
+stages.MixedMapDataset = mixing.MixedMapDataset
+stages.SelectionMapDataset = mixing.SelectionMapDataset
+stages.PrefetchIterDataset = prefetch.PrefetchIterDataset
+stages.MixedIterDataset = mixing.MixedIterDataset
+stages.SeedIterDataset = iter_ops.SeedIterDataset
+stages.MapIterDataset = iter_ops.MapIterDataset
+stages.RandomMapIterDataset = iter_ops.RandomMapIterDataset
+stages.MapWithIndexIterDataset = iter_ops.MapWithIndexIterDataset
+stages.FilterIterDataset = filter_ops.FilterIterDataset
+stages.BatchIterDataset = batch_ops.BatchIterDataset
+stages.apply_transformations = apply.apply_transformations

@@ -8,8 +8,9 @@ returns a checkpointable ``DatasetIterator``.
 
 Transformations are methods returning new datasets; their implementations live in sibling modules
 (and, for ``mp_prefetch``, in the runtime layer above), which import this module. This module never
-imports them: they install themselves into the stage locator
-(:data:`grain_core.dataset.locator.installed`, see ``docs/architecture.md``). Plugin-provided
+imports them: it declares each builder, typed, in the :class:`Stages` table :data:`stages`, which
+``grain_core.dataset`` and ``grain_core._wiring`` fill (:mod:`grain_core.dataset.locator`,
+``docs/architecture.md``). Plugin-provided
 factories (``MapDataset.range``) resolve through the metaclasses. Seeds follow the lineage
 :mod:`grain_core.dataset.seed_lineage` records.
 """
@@ -21,12 +22,13 @@ import inspect
 import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from grain_core import seeds as _seeds
+from grain_core.dataset.describe import describe
 from grain_core.dataset.grain_attrs import DatasetAttrs, route_getitems
 from grain_core.dataset.iterator import DatasetIterator
-from grain_core.dataset.locator import installed, user_iter
+from grain_core.dataset.locator import StageTable, user_iter
 from grain_core.dataset.seed_lineage import SeedLineage, fallback_seed
 from grain_core.suggest import did_you_mean
 from grain_core.validation import check_instance
@@ -34,11 +36,21 @@ from grain_core.validation import check_instance
 if TYPE_CHECKING:
     import numpy as np
 
+    from grain_core import transforms as tr
     from grain_core.options import MultiprocessingOptions, ReadOptions
     from grain_core.transforms import DatasetSelectionMap
 
 T = TypeVar("T")
 S = TypeVar("S")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Indexable(Protocol[T_co]):
+    """What ``MapDataset.source`` reads: ``len`` and ``[i]`` (a ``Sequence``, a data source)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> T_co: ...
 
 
 def _inferred_element_spec() -> Any:
@@ -78,7 +90,7 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
     def _element_spec(self) -> Any:
         """Grain's hook: the spec of this dataset's elements, inferred stage by stage
         (``grain_core.element_spec``). A subclass may override it, as in Grain."""
-        return installed.infer_element_spec(self)
+        return stages.infer_element_spec(self)
 
     @property
     def _default_seed(self) -> int | None:
@@ -107,7 +119,7 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
         return func(self, *args, **kwargs)
 
     def __repr__(self) -> str:
-        return installed.describe(self)
+        return describe(self)
 
 
 def _plugin_factory(cls: type, name: str) -> Any:
@@ -142,23 +154,25 @@ class MapDatasetMeta(abc.ABCMeta):
         init = inspect.signature(cls.__init__)  # type: ignore[misc]  # the class's own constructor
         return init.replace(parameters=list(init.parameters.values())[1:])
 
-    def source(cls, source: Any) -> MapDataset:
+    def source(cls, source: Indexable[T]) -> MapDataset[T]:
         """Returns a dataset over ``source``: any ``Sequence`` or ``RandomAccessDataSource``."""
-        return installed.SourceMapDataset(source)
+        return stages.SourceMapDataset(source)
 
-    def concatenate(cls, datasets: Sequence[MapDataset]) -> MapDataset:
+    def concatenate(cls, datasets: Sequence[MapDataset[T]]) -> MapDataset[T]:
         """Returns the elements of ``datasets`` one after another (epoch ``n`` of each)."""
-        return installed.ConcatenateMapDataset(datasets)
+        return stages.ConcatenateMapDataset(datasets)
 
-    def mix(cls, datasets: Sequence[MapDataset], weights: Sequence[float] | None = None) -> MapDataset:
+    def mix(
+        cls, datasets: Sequence[MapDataset[T]], weights: Sequence[float] | None = None
+    ) -> MapDataset[T]:
         """Returns ``datasets`` interleaved in proportion to ``weights`` (uniform by default)."""
-        return installed.MixedMapDataset(datasets, weights)
+        return stages.MixedMapDataset(datasets, weights)
 
     def select_from_datasets(
-        cls, datasets: Sequence[MapDataset], selection_map: DatasetSelectionMap
-    ) -> MapDataset:
+        cls, datasets: Sequence[MapDataset[T]], selection_map: DatasetSelectionMap
+    ) -> MapDataset[T]:
         """Returns a dataset whose index ``i`` is ``datasets[d][j]`` for ``(d, j) = selection_map[i]``."""
-        return installed.SelectionMapDataset(datasets, selection_map)
+        return stages.SelectionMapDataset(datasets, selection_map)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
@@ -253,32 +267,62 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def seed(self, seed: int) -> MapDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        return installed.SeedMapDataset(self, seed)
+        return stages.SeedMapDataset(self, seed)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """Returns the same elements globally shuffled, differently in every epoch."""
-        return installed.ShuffleMapDataset(self, seed=seed)
+        return stages.ShuffleMapDataset(self, seed=seed)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """Returns the elements at the positions of ``sl`` (``ds[a:b:c]`` is the same)."""
-        return installed.SliceMapDataset(self, sl)
+        return stages.SliceMapDataset(self, sl)
 
-    def map(self, transform: Any) -> MapDataset:
+    @overload
+    def map(self, transform: Callable[[T], S]) -> MapDataset[S]: ...
+
+    @overload
+    def map(self, transform: tr.Map) -> MapDataset[Any]: ...
+
+    def map(self, transform: Any) -> MapDataset[Any]:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        return installed.MapMapDataset(self, transform)
+        return stages.MapMapDataset(self, transform)
 
-    def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset:
+    @overload
+    def random_map(
+        self, transform: Callable[[T, np.random.Generator], S], *, seed: int | None = None
+    ) -> MapDataset[S]: ...
+
+    @overload
+    def random_map(self, transform: tr.RandomMap, *, seed: int | None = None) -> MapDataset[Any]: ...
+
+    def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]:
         """Returns elements passed through ``transform(x, rng)``, ``rng`` a pure function of
         (seed, index)."""
-        return installed.RandomMapMapDataset(self, transform, seed=seed)
+        return stages.RandomMapMapDataset(self, transform, seed=seed)
 
-    def map_with_index(self, transform: Any) -> MapDataset:
+    @overload
+    def map_with_index(self, transform: Callable[[int, T], S]) -> MapDataset[S]: ...
+
+    @overload
+    def map_with_index(self, transform: tr.MapWithIndex) -> MapDataset[Any]: ...
+
+    def map_with_index(self, transform: Any) -> MapDataset[Any]:
         """Returns ``transform(index, element)`` for each element."""
-        return installed.MapWithIndexMapDataset(self, transform)
+        return stages.MapWithIndexMapDataset(self, transform)
 
-    def filter(self, transform: Any) -> MapDataset[T]:
+    def filter(self, transform: tr.Filter | Callable[[T], Any]) -> MapDataset[T]:
         """Returns the dataset with ``None`` where ``transform(element)`` is false."""
-        return installed.FilterMapDataset(self, transform)
+        return stages.FilterMapDataset(self, transform)
+
+    @overload
+    def batch(
+        self, batch_size: int, *, drop_remainder: bool = False, batch_fn: None = None
+    ) -> MapDataset[Any]: ...
+
+    @overload
+    def batch(
+        self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable[[Sequence[T]], S]
+    ) -> MapDataset[S]: ...
 
     def batch(
         self,
@@ -286,9 +330,9 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         *,
         drop_remainder: bool = False,
         batch_fn: Callable[[Sequence[T]], S] | None = None,
-    ) -> MapDataset[S]:
+    ) -> MapDataset[Any]:
         """Returns consecutive elements of each epoch grouped by ``batch_size``, stacked leafwise."""
-        return installed.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return stages.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
@@ -296,17 +340,17 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
         (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
         epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
-        return installed.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
+        return stages.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
-    def apply(self, transformations: Any) -> MapDataset:
+    def apply(self, transformations: Any) -> MapDataset[Any]:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        return installed.apply_transformations(self, transformations)
+        return stages.apply_transformations(self, transformations)
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
     ) -> IterDataset[T]:
         """Returns an ``IterDataset`` over this dataset, read ahead by ``read_options`` threads."""
-        return installed.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
+        return stages.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
 
 
 class IterDatasetMeta(abc.ABCMeta):
@@ -314,11 +358,11 @@ class IterDatasetMeta(abc.ABCMeta):
 
     def mix(
         cls,
-        datasets: Sequence[IterDataset] | Mapping[str, IterDataset],
+        datasets: Sequence[IterDataset[T]] | Mapping[str, IterDataset[T]],
         weights: Sequence[float] | Mapping[str, float] | None = None,
-    ) -> IterDataset:
+    ) -> IterDataset[T]:
         """Returns ``datasets`` interleaved by ``weights``; stops when any input is exhausted."""
-        return installed.MixedIterDataset(datasets, weights)
+        return stages.MixedIterDataset(datasets, weights)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
@@ -349,23 +393,53 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        return installed.SeedIterDataset(self, seed)
+        return stages.SeedIterDataset(self, seed)
 
-    def map(self, transform: Any) -> IterDataset:
+    @overload
+    def map(self, transform: Callable[[T], S]) -> IterDataset[S]: ...
+
+    @overload
+    def map(self, transform: tr.Map) -> IterDataset[Any]: ...
+
+    def map(self, transform: Any) -> IterDataset[Any]:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        return installed.MapIterDataset(self, transform)
+        return stages.MapIterDataset(self, transform)
 
-    def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset:
+    @overload
+    def random_map(
+        self, transform: Callable[[T, np.random.Generator], S], *, seed: int | None = None
+    ) -> IterDataset[S]: ...
+
+    @overload
+    def random_map(self, transform: tr.RandomMap, *, seed: int | None = None) -> IterDataset[Any]: ...
+
+    def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset[Any]:
         """Returns ``transform(x, rng)``, ``rng`` a pure function of (seed, element count)."""
-        return installed.RandomMapIterDataset(self, transform, seed=seed)
+        return stages.RandomMapIterDataset(self, transform, seed=seed)
 
-    def map_with_index(self, transform: Any) -> IterDataset:
+    @overload
+    def map_with_index(self, transform: Callable[[int, T], S]) -> IterDataset[S]: ...
+
+    @overload
+    def map_with_index(self, transform: tr.MapWithIndex) -> IterDataset[Any]: ...
+
+    def map_with_index(self, transform: Any) -> IterDataset[Any]:
         """Returns ``transform(i, element)`` where ``i`` counts elements from 0."""
-        return installed.MapWithIndexIterDataset(self, transform)
+        return stages.MapWithIndexIterDataset(self, transform)
 
-    def filter(self, transform: Any) -> IterDataset[T]:
+    def filter(self, transform: tr.Filter | Callable[[T], Any]) -> IterDataset[T]:
         """Returns only the elements for which ``transform(element)`` is true."""
-        return installed.FilterIterDataset(self, transform)
+        return stages.FilterIterDataset(self, transform)
+
+    @overload
+    def batch(
+        self, batch_size: int, *, drop_remainder: bool = False, batch_fn: None = None
+    ) -> IterDataset[Any]: ...
+
+    @overload
+    def batch(
+        self, batch_size: int, *, drop_remainder: bool = False, batch_fn: Callable[[Sequence[T]], S]
+    ) -> IterDataset[S]: ...
 
     def batch(
         self,
@@ -373,13 +447,13 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         *,
         drop_remainder: bool = False,
         batch_fn: Callable[[Sequence[T]], S] | None = None,
-    ) -> IterDataset[S]:
+    ) -> IterDataset[Any]:
         """Returns consecutive elements grouped by ``batch_size``, stacked leafwise."""
-        return installed.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return stages.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
-    def apply(self, transformations: Any) -> IterDataset:
+    def apply(self, transformations: Any) -> IterDataset[Any]:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        return installed.apply_transformations(self, transformations)
+        return stages.apply_transformations(self, transformations)
 
     def mp_prefetch(
         self,
@@ -400,7 +474,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         picks where workers run: a runtime object or a registered runtime name (default
         ``"processes"``: local processes; see ``docs/runtime.md``).
         """
-        return installed.MultiprocessPrefetchIterDataset(
+        return stages.MultiprocessPrefetchIterDataset(
             self, options, worker_init_fn=worker_init_fn, runtime=runtime,
             sequential_slice=sequential_slice,
         )
@@ -418,3 +492,90 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 def infinite_length() -> int:
     """The length of an infinite ``MapDataset`` (``sys.maxsize``)."""
     return sys.maxsize
+
+
+# --- the stages the methods above build (typed wiring: grain_core.dataset.locator) --------------
+
+AnyMap = MapDataset[Any]
+AnyIter = IterDataset[Any]
+D = TypeVar("D", MapDataset[Any], IterDataset[Any])
+
+
+class _Seeded(Protocol[D]):
+    def __call__(self, parent: D, /, *, seed: int | None) -> D: ...
+
+
+class _RandomMapping(Protocol[D]):
+    def __call__(self, parent: D, transform: Any, /, *, seed: int | None) -> D: ...
+
+
+class _Batching(Protocol[D]):
+    def __call__(
+        self, parent: D, batch_size: int, /, *, drop_remainder: bool, batch_fn: Callable[[Sequence[Any]], Any] | None
+    ) -> D: ...
+
+
+class _Repeating(Protocol):
+    def __call__(self, parent: AnyMap, num_epochs: int | None, /, *, reseed_each_epoch: bool) -> AnyMap: ...
+
+
+class _Reading(Protocol):
+    def __call__(self, parent: AnyMap, /, *, read_options: ReadOptions | None, allow_nones: bool) -> AnyIter: ...
+
+
+class _Applying(Protocol):
+    def __call__(self, ds: D, transformations: Any, /) -> D: ...
+
+
+class _MpPrefetching(Protocol):
+    def __call__(
+        self,
+        parent: AnyIter,
+        options: MultiprocessingOptions | None,
+        /,
+        *,
+        worker_init_fn: Callable[[int, int], None] | None,
+        runtime: Any,
+        sequential_slice: bool,
+    ) -> AnyIter: ...
+
+
+class Stages(StageTable):
+    """What the methods of ``MapDataset`` / ``IterDataset`` build, each named after its class.
+
+    Filled by ``grain_core.dataset`` (the dataset kernel's own stages and ``apply``),
+    ``grain_core.element_spec`` (``infer_element_spec``) and ``grain_core._wiring``
+    (``MultiprocessPrefetchIterDataset``, from the runtime); ``tests/test_layers.py`` checks who
+    fills what.
+    """
+
+    SourceMapDataset: Callable[[Any], AnyMap]
+    ConcatenateMapDataset: Callable[[Sequence[AnyMap]], AnyMap]
+    MixedMapDataset: Callable[[Sequence[AnyMap], Sequence[float] | None], AnyMap]
+    SelectionMapDataset: Callable[[Sequence[AnyMap], DatasetSelectionMap], AnyMap]
+    SeedMapDataset: Callable[[AnyMap, int], AnyMap]
+    ShuffleMapDataset: _Seeded[AnyMap]
+    SliceMapDataset: Callable[[AnyMap, slice], AnyMap]
+    MapMapDataset: Callable[[AnyMap, Any], AnyMap]
+    RandomMapMapDataset: _RandomMapping[AnyMap]
+    MapWithIndexMapDataset: Callable[[AnyMap, Any], AnyMap]
+    FilterMapDataset: Callable[[AnyMap, Any], AnyMap]
+    BatchMapDataset: _Batching[AnyMap]
+    RepeatMapDataset: _Repeating
+    PrefetchIterDataset: _Reading
+    MixedIterDataset: Callable[[Any, Any], AnyIter]
+    SeedIterDataset: Callable[[AnyIter, int], AnyIter]
+    MapIterDataset: Callable[[AnyIter, Any], AnyIter]
+    RandomMapIterDataset: _RandomMapping[AnyIter]
+    MapWithIndexIterDataset: Callable[[AnyIter, Any], AnyIter]
+    FilterIterDataset: Callable[[AnyIter, Any], AnyIter]
+    BatchIterDataset: _Batching[AnyIter]
+    MultiprocessPrefetchIterDataset: _MpPrefetching
+    #: ``ds.apply(transformations)``: ``grain_core.dataset.apply.apply_transformations``.
+    apply_transformations: _Applying
+    #: ``ds._element_spec``: ``grain_core.element_spec``'s stage-by-stage inference.
+    infer_element_spec: Callable[[_DatasetBase], Any]
+
+
+#: The one :class:`Stages` table (``docs/architecture.md``, "Typed wiring").
+stages = Stages()

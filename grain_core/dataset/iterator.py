@@ -9,20 +9,20 @@ give-back with ``unread``/``can_unread``), states (``get_state``, ``set_state`` 
 from __future__ import annotations
 
 import abc
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from grain_core import state as _state
 from grain_core.dataset.concurrency import guard_class
 from grain_core.dataset.grain_attrs import IteratorAttrs
-from grain_core.dataset.locator import installed
+from grain_core.dataset.locator import StageTable
 from grain_core.dataset.state_transaction import atomic_set_state
 from grain_core.state import StateField
 
 if TYPE_CHECKING:
     from grain_core.options import DatasetOptions
 
-__all__ = ["DatasetIterator"]
+__all__ = ["CheckpointIO", "DatasetIterator", "checkpoint_io"]
 
 T = TypeVar("T")
 
@@ -207,12 +207,24 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
 
         The state is captured before returning (not when the coroutine runs), as Orbax expects.
         """
-        return installed.save_iterator_state(self, directory)
+        return checkpoint_io.save_iterator_state(self, directory)
 
     async def load(self, directory: Any) -> None:
         """Reads a state written by :meth:`save` from ``directory`` and sets it."""
-        await installed.load_iterator_state(self, directory)
+        await checkpoint_io.load_iterator_state(self, directory)
 
+
+class CheckpointIO(StageTable):
+    """What ``DatasetIterator.save`` / ``load`` call: ``grain_core.checkpoint``'s file functions,
+    filled by ``grain_core._wiring`` (the checkpoint package sits above the dataset kernel;
+    :mod:`grain_core.dataset.locator`)."""
+
+    save_iterator_state: Callable[[DatasetIterator[Any], Any], Coroutine[Any, Any, None]]
+    load_iterator_state: Callable[[DatasetIterator[Any], Any], Coroutine[Any, Any, None]]
+
+
+#: The one :class:`CheckpointIO` table.
+checkpoint_io = CheckpointIO()
 
 DatasetIterator.set_state = atomic_set_state(DatasetIterator.set_state)  # type: ignore[method-assign,assignment]
 _GUARDED = ("__next__", "next_chunk", "get_state", "set_state")
