@@ -13,6 +13,8 @@ One module per job, each imported on first use:
   pipes); :mod:`~grain_core.runtime.process_worker` — its worker-process side and wire records.
 * :mod:`~grain_core.runtime.shm` — moving elements between processes through shared memory.
 * :mod:`~grain_core.runtime.thread_prefetch` — ``ThreadPrefetchIterDataset`` (a background thread).
+* :mod:`~grain_core.runtime.read_ahead` — ``ReadAhead``, the one thread read-ahead (thread prefetch
+  and the interleave plugin use it; public through ``grain_core.author``).
 * :mod:`~grain_core.runtime.device` — ``device_put`` (elements to JAX devices; jax imported lazily).
 * :mod:`~grain_core.runtime.autotune` — ``pick_performance_config``.
 * :mod:`~grain_core.runtime.elastic` — elastic restore (other worker / process counts), the one
