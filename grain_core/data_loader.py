@@ -372,7 +372,9 @@ class DataLoaderIterator:
         """The position as JSON-encoded bytes."""
         from grain_core.checkpoint.dataloader_mode import loader_mode_fields
 
-        extra = loader_mode_fields(self._loader)  # {"data_mode": "correct"} where it matters
+        extra: dict[str, Any] = loader_mode_fields(self._loader)  # {"data_mode": "correct"}
+        if getattr(self._loader, "_grain_original", None) is not None:
+            extra["from_grain"] = True  # switched to Grain's data by a google grain state
         if self._remaining is not None and not self._remaining.is_whole:
             extra["remaining"] = self._remaining.to_state()
         state = _state.make_state(
@@ -406,14 +408,28 @@ class DataLoaderIterator:
         )
         from grain_core.checkpoint import dataloader_elastic, dataloader_mode
 
-        dataloader_mode.check_loader_state_mode(self._loader, state)  # type: ignore[arg-type]
-        if self._it is None:
-            self._open()
-        assert self._it is not None and isinstance(state, Mapping)  # opened; expect_state checked
+        loader = self._loader  # a state continuing a google grain one reads Grain's data
+        if state.get(dataloader_mode.FROM_GRAIN_FIELD):  # type: ignore[union-attr]
+            target = dataloader_mode.grain_exact_loader(loader)
+        else:
+            target = getattr(loader, "_grain_original", None) or loader
+        before = self._it.get_state() if target is not loader and self._it is not None else None
+        self._switch_loader(target)
+        try:
+            dataloader_mode.check_loader_state_mode(self._loader, state)  # type: ignore[arg-type]
+            if self._it is None:
+                self._open()
+            assert self._it is not None and isinstance(state, Mapping)  # expect_state checked
 
-        # Another worker count: the positions still to read, re-split (docs/dataloader.md, "State").
-        remaining, inner = dataloader_elastic.plan(self._loader, self._read_from, state)
-        self._replace(None if remaining.is_whole else remaining, inner)
+            # Another worker count: the positions still to read, re-split (docs/dataloader.md).
+            remaining, inner = dataloader_elastic.plan(self._loader, self._read_from, state)
+            self._replace(None if remaining.is_whole else remaining, inner)
+        except BaseException:
+            if target is not loader:  # back to the loader and position it had
+                self._switch_loader(loader)
+                if before is not None and self._it is not None:
+                    self._it.set_state(before)
+            raise
 
     def _replace(self, remaining: Any, inner: Any) -> None:
         """Continues at ``inner`` (None: the start) of the pipeline over ``remaining``; a state
@@ -432,6 +448,22 @@ class DataLoaderIterator:
         old, self._it, self._remaining = self._it, new, remaining
         old.close()
 
+    def _switch_loader(self, loader: DataLoader) -> None:
+        """Continues with ``loader``'s pipeline (the same loader read in the other data mode; see
+        ``checkpoint/dataloader_mode``) from its start; a failure leaves this iterator as it was."""
+        previous = self._loader
+        if loader is previous:
+            return
+        self._loader = loader
+        try:
+            new = iter(self._dataset(None)) if self._it is not None else None
+        except BaseException:
+            self._loader = previous
+            raise
+        old, self._it, self._remaining = self._it, new, None
+        if old is not None:
+            old.close()
+
     def _set_grain_state(self, state: dict[str, Any]) -> None:
         """Restores the JSON state a Grain ``DataLoaderIterator`` saved (same loader definition)."""
         loader = self._loader
@@ -441,26 +473,35 @@ class DataLoaderIterator:
                 f"sampler in checkpoint: {state['sampler']}\n"
                 f"sampler in dataloader: {loader.sampler!r}"
             )
-        from grain_core.checkpoint.dataloader_mode import check_grain_loader_state
+        from grain_core.checkpoint.dataloader_mode import grain_exact_loader
 
-        check_grain_loader_state(loader)  # a correct-mode loader whose data differ: refused
-        so = loader._shard_options
+        exact = grain_exact_loader(loader)  # Grain's data (or refused, saying why)
+        so = exact._shard_options
         shards = {"shard_index": so.shard_index, "shard_count": so.shard_count}
-        if self._it is None:
-            self._open()
-        assert self._it is not None
-        if self._remaining is not None:
-            self._replace(None, None)
-        if loader.worker_count:
-            self._it.set_state(
-                _grain_states.dataloader_mp_state(state, worker_count=loader.worker_count, **shards)
+        if exact.worker_count:  # converted first: a state refused here changes nothing
+            inner = _grain_states.dataloader_mp_state(
+                state, worker_count=exact.worker_count, **shards
             )
-            return
-        indices = _grain_states.dataloader_next_indices(state, worker_count=0, **shards)
-        position = indices[0]
-        if loader._map_batch_size:
-            position = -(-position // loader._map_batch_size)
-        self._it.set_state({"next_index": position})
+        else:
+            position = _grain_states.dataloader_next_indices(state, worker_count=0, **shards)[0]
+            if exact._map_batch_size:
+                position = -(-position // exact._map_batch_size)
+            inner = {"next_index": position}
+        before = self._it.get_state() if exact is not loader and self._it is not None else None
+        self._switch_loader(exact)
+        try:
+            if self._it is None:
+                self._open()
+            assert self._it is not None
+            if self._remaining is not None:
+                self._replace(None, None)
+            self._it.set_state(inner)
+        except BaseException:
+            if exact is not loader:  # back to the loader and position it had
+                self._switch_loader(loader)
+                if before is not None and self._it is not None:
+                    self._it.set_state(before)
+            raise
 
     def start_prefetch(self) -> None:
         """Starts producing elements in the background (e.g. while a model restores). Idempotent."""

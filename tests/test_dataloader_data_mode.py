@@ -11,12 +11,14 @@ mode, with Grain's data, and is refused in correct mode naming the sampler.
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 
 import pytest
 
 import grain_core as grain
 from grain_core.global_config import DataModeError
+from grain_core.state import StateMismatchError
 
 RECORDED = json.loads(
     (pathlib.Path(__file__).resolve().parent / "grain_state_switch" / "grain_states.json").read_text()
@@ -74,15 +76,55 @@ def test_a_loader_the_mode_does_not_change_restores_either_modes_states():
     assert list(other) == list(it)
 
 
-def test_a_grain_dataloader_state_restores_in_grain_exact_mode_and_is_refused_in_correct_mode():
+def test_a_grain_dataloader_state_restores_in_grain_exact_mode_and_switches_a_correct_mode_loader(
+    caplog,
+):
     case = RECORDED["cases"]["dataloader_uneven_shard"]
     grain_state = json.dumps(case["state"]).encode()
-    it = iter(_uneven(worker_count=0))
-    before = it.get_state()
-    with pytest.raises(DataModeError, match=r"written by google grain.*IndexSampler.*uneven"):
-        it.set_state(grain_state)
-    assert it.get_state() == before
     with grain.config.override(grain_exact=True):
         exact = iter(_uneven(worker_count=0))
     exact.set_state(grain_state)
     assert [int(x) for x in exact] == case["after"]
+    # Built in correct mode: the iterator switches to Grain's data and says so.
+    loader = _uneven(worker_count=0)
+    it = iter(loader)
+    next(it)
+    with caplog.at_level(logging.WARNING, logger="grain_core.checkpoint.dataloader_mode"):
+        it.set_state(grain_state)
+    assert "written by google grain" in caplog.text and "IndexSampler" in caplog.text
+    saved = it.get_state()
+    assert json.loads(saved)["from_grain"] is True and "data_mode" not in json.loads(saved)
+    assert [int(x) for x in it] == case["after"]
+    # Its own state switches a fresh iterator of the correct-mode loader too ...
+    again = iter(loader)
+    again.set_state(saved)
+    assert [int(x) for x in again] == case["after"]
+    # ... and a correct-mode state of the loader as built switches it back.
+    fresh, correct_state = _state_after(loader, 1)
+    correct_rest = [int(x) for x in fresh]
+    again.set_state(correct_state)
+    assert [int(x) for x in again] == correct_rest
+    assert sorted(correct_rest + [0]) != sorted(case["after"])  # the two modes' data differ
+    assert not loader.sampler._grain_exact  # the loader the user built is unchanged
+
+
+def test_a_grain_dataloader_state_is_refused_when_grain_exact_is_set_false_explicitly():
+    case = RECORDED["cases"]["dataloader_uneven_shard"]
+    it = iter(_uneven(worker_count=0))
+    before = it.get_state()
+    with grain.config.override(grain_exact=False):
+        with pytest.raises(DataModeError, match=r"written by google grain.*IndexSampler.*uneven"):
+            it.set_state(json.dumps(case["state"]).encode())
+    assert it.get_state() == before
+
+
+def test_a_grain_state_of_another_worker_count_is_refused_without_switching():
+    case = RECORDED["cases"]["dataloader_uneven_shard"]  # saved by a loader without workers
+    it = iter(_uneven(worker_count=2))
+    try:
+        before = it.get_state()
+        with pytest.raises(StateMismatchError, match="Worker count in checkpoint"):
+            it.set_state(json.dumps(case["state"]).encode())
+        assert it.get_state() == before and "from_grain" not in json.loads(before)
+    finally:
+        it.close()
