@@ -10,7 +10,13 @@ iterators grain_core creates inside a pipeline are left alone), so set them befo
   it produces elements its per-stage statistics are logged at INFO level every
   :data:`LOG_PERIOD_S` seconds (Grain's 60), starting ``Grain Dataset Execution Summary:``, as
   Grain logs its execution summary. One daemon thread logs for every such iterator and ends once
-  none is left (an iterator closed or garbage-collected is dropped).
+  none is left (an iterator closed or garbage-collected is dropped). Stages upstream of
+  ``mp_prefetch`` run in worker processes: each worker measures its copy of them and sends its
+  counters to the main process with its elements, so they are in the summary (marked
+  ``[N workers]``, summed over the workers), as Grain's workers send theirs. Workers take both
+  options from the main process (``grain_core.runtime.job.DEBUG_OPTIONS``, as Grain's
+  ``mp_prefetch`` sets its debug flags in its workers), so a custom stage's ``self._stats`` records
+  there too (:mod:`grain_core.dataset.grain_stats`); the graph is logged by the main process only.
 * ``py_dataset_visualization_output_dir=""``: the pipeline graph is logged once per iterator at INFO
   level, starting ``Grain Dataset graph:`` (Grain's wording). A non-empty directory also gets the
   graph written to ``grain_pipeline_<n>.dot`` (Graphviz) and ``.txt`` there; Grain 0.2.18 raises

@@ -121,3 +121,25 @@ def test_dataset_classes_defined_in_functions_still_pickle():
 
     ds = Local(grain.MapDataset.range(3).to_iter_dataset())
     assert list(cloudpickle.loads(cloudpickle.dumps(ds))) == [0, 1, 2]
+
+
+def test_debug_mode_summaries_include_the_stages_run_in_workers(options, caplog, monkeypatch):
+    """Stages upstream of mp_prefetch run in worker processes; their statistics reach the logged
+    summary (Grain's workers send theirs to the main process too)."""
+    monkeypatch.setattr(debug, "LOG_PERIOD_S", 3600.0)
+    options.update("py_debug_mode", True)
+    ds = pipeline().to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    with caplog.at_level(logging.INFO, logger="grain_core.debug"):
+        it = iter(ds)
+        try:
+            assert len(list(it)) == 10
+            debug.reporter.wake()
+            _wait_for(
+                lambda: any("Execution Summary" in r.getMessage() for r in caplog.records),
+                "the execution summary log",
+            )
+        finally:
+            it.close()
+    summary = next(r.getMessage() for r in caplog.records if "Execution Summary" in r.getMessage())
+    worker_rows = [line for line in summary.splitlines() if "[2 workers]" in line]
+    assert any("ShuffleMapDataset" in line for line in worker_rows), summary

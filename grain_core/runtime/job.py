@@ -14,12 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 from grain_core.dataset.base import IterDataset
+from grain_core.global_config import config
 from grain_core.options import MultiprocessingOptions
 
-__all__ = ["ENV_PREFIX", "WorkerEnvironment", "WorkerJob"]
+__all__ = ["DEBUG_OPTIONS", "ENV_PREFIX", "WorkerEnvironment", "WorkerJob"]
 
 #: Environment variables with this prefix (plugin selection) travel from the consumer to workers.
 ENV_PREFIX = "GRAIN_CORE_"
+
+#: The ``grain_core.config`` options workers take from the consumer (Grain's debug flags).
+DEBUG_OPTIONS = ("py_debug_mode", "py_dataset_visualization_output_dir")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +37,16 @@ class WorkerEnvironment:
     * ``plugin_modules``: modules of plugins registered explicitly with
       ``grain_core.plugins.register`` that are importable by name (in ``sys.modules``); the worker
       imports and registers them. Entry-point plugins are discovered again.
+    * ``debug_options``: the consumer's Grain debug options (:data:`DEBUG_OPTIONS`:
+      ``py_debug_mode``, ``py_dataset_visualization_output_dir``), set in the worker's
+      ``grain_core.config`` as Grain's ``mp_prefetch`` sets them in its workers (so a custom
+      stage's ``self._stats`` records there too; see ``grain_core.dataset.grain_stats``).
     """
 
     sys_path: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     plugin_modules: tuple[str, ...]
+    debug_options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def capture(cls) -> WorkerEnvironment:
@@ -49,6 +58,7 @@ class WorkerEnvironment:
             plugin_modules=tuple(
                 m for m in get_registry().explicit_module_names() if m in sys.modules
             ),
+            debug_options=tuple((k, config.get_or_default(k)) for k in DEBUG_OPTIONS),
         )
 
     def apply(self) -> None:
@@ -64,6 +74,9 @@ class WorkerEnvironment:
             os.environ.update(env)
             get_registry().reload()
         reimport_explicit(list(self.plugin_modules))
+        for name, value in self.debug_options:
+            if config.get_or_default(name) != value:
+                config.update(name, value)
 
 
 def _plugin_env() -> dict[str, str]:

@@ -143,3 +143,44 @@ def test_private_paths_map_the_summary_functions():
     stats_path = "grain._src.python.dataset.stats"
     assert private_paths.resolve(dataset_path, "get_execution_summary") is get_execution_summary
     assert private_paths.resolve(stats_path, "pretty_format_summary") is pretty_format_summary
+
+
+class _StatsKindIterator(grain.DatasetIterator):
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __next__(self):
+        return (next(self._parent), type(self._stats).__name__, grain.config.py_debug_mode)
+
+    def get_state(self):
+        return self._parent.get_state()
+
+    def set_state(self, state):
+        self._parent.set_state(state)
+
+
+class StatsKind(grain.IterDataset):
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __iter__(self):
+        return _StatsKindIterator(self._parent.__iter__())
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_workers_take_the_debug_options_so_custom_stats_record_there(debug):
+    """Grain's mp_prefetch sets its debug flags in its workers: a custom stage run there records
+    through self._stats exactly when py_debug_mode is on in the main process."""
+    saved = grain.config.get_or_default("py_debug_mode")
+    grain.config.update("py_debug_mode", debug)
+    try:
+        ds = StatsKind(grain.MapDataset.range(4).to_iter_dataset())
+        it = iter(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+        try:
+            got = sorted(list(it))
+        finally:
+            it.close()
+    finally:
+        grain.config.update("py_debug_mode", saved)
+    kind = "ExecutionStats" if debug else "Stats"
+    assert got == [(i, kind, debug) for i in range(4)]
