@@ -3,7 +3,6 @@ and ``LimitIterDataset``, and the snapshot iterator the flat map shares with ``r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from grain_core import state as _state
@@ -11,16 +10,14 @@ from grain_core import transforms as tr
 from grain_core.dataset.base import IterDataset
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import can_unread, unread
-from grain_core.dataset.iter_ops import (
-    _OneParentIterator,
-    _OneParentIterDataset,
-)
 from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.next_index import get_next_index, set_next_index
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.state import StateField
 from grain_core.validation import check_int
 
 
-class BatchIterDataset(_OneParentIterDataset):
+class BatchIterDataset(OneParentIterDataset):
     """``batch_size`` consecutive elements stacked leafwise (the last one smaller unless dropped)."""
 
     def __init__(self, parent: IterDataset, batch_size: int, *, drop_remainder=False, batch_fn=None):
@@ -36,11 +33,12 @@ class BatchIterDataset(_OneParentIterDataset):
         return f"BatchIterDataset(batch_size={self._bs}, drop_remainder={self._drop})"
 
 
-class _BatchIterator(_OneParentIterator):
+class _BatchIterator(OneParentIterator):
     kind = "BatchIterDataset"
 
     def __init__(self, parent, bs, drop, batch_fn):
         super().__init__(parent)
+        self._parent = parent  # Grain's attribute, set: read per element
         self._bs, self._drop, self._batch_fn = bs, drop, batch_fn
         self._rewind = can_unread(parent)
         # After an interrupt, with a parent that cannot move back: the elements read for the
@@ -130,32 +128,25 @@ class _BatchIterator(_OneParentIterator):
         held = self._held
         if held is None:
             return super().get_state()
-        return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+        return _state.make_state(self.kind, parent=held[1], **self.position_state())
 
-    def _set_extra_state(self, state):
+    def restore_position(self, state):
         self._held = self._owed = None
 
-    def _extra_state(self):
+    def position_fields(self):
+        return {"batch_size": StateField.identity()}
+
+    def position_state(self):
         return {"batch_size": self._bs}
 
-    def _check_extra_state(self, state):
-        _check_batch_size_field(state, self._bs)
 
-
-def _check_batch_size_field(state: Mapping[str, Any], batch_size: int) -> None:
-    if state["batch_size"] != batch_size:
-        raise _state.StateMismatchError(
-            f"The {state['kind']!r} state has batch_size={state['batch_size']!r}, this pipeline has "
-            f"{batch_size}: the state comes from a different pipeline."
-        )
-
-
-class _SnapshotIterator(_OneParentIterator):
+class _SnapshotIterator(OneParentIterator):
     """An iterator that expands each parent element into a list, restoring by replay: its state is
     the parent's state before the current element plus how far into the expansion it got."""
 
     def __init__(self, parent):
         super().__init__(parent)
+        self._parent = parent  # Grain's attribute, set: read per element
         self._before = parent.get_state()
         self._pending: list[Any] = []
         self._taken = 0
@@ -188,30 +179,29 @@ class _SnapshotIterator(_OneParentIterator):
         self._before, self._pending, self._taken = before, pending, 0
 
     def get_state(self):
-        return _state.make_state(self.kind, parent=self._before, taken=self._taken, **self._extra_state())
+        return _state.make_state(self.kind, parent=self._before, taken=self._taken, **self.position_state())
 
-    def set_state(self, state):
-        _state.expect_state(state, self.kind, ("parent", "taken", *self._extra_state()))
-        self._check_extra_state(state)
+    def state_fields(self):
+        return {"parent": StateField.opaque(nullable=False), "taken": StateField.position(),
+                **self.position_fields()}
+
+    def restore_state(self, state):
         taken = int(state["taken"])
-        if taken < 0:
-            raise _state.StateMismatchError(f"The {self.kind!r} state has taken={taken} < 0.")
-        with _state.rollback_on_error(self):
-            self._parent.set_state(state["parent"])
-            self._before = state["parent"]
-            self._pending, self._taken, self._held = [], 0, None
-            if taken:
-                try:
-                    self._pull()
-                except StopIteration:
-                    raise _state.StateMismatchError(
-                        f"The {self.kind!r} state is {taken} elements into a parent element, but "
-                        "the parent has no element there: the state comes from another pipeline."
-                    ) from None
-                self._taken = taken
+        self._parent.set_state(state["parent"])
+        self._before = state["parent"]
+        self._pending, self._taken, self._held = [], 0, None
+        if taken:
+            try:
+                self._pull()
+            except StopIteration:
+                raise _state.StateMismatchError(
+                    f"The {self.kind!r} state is {taken} elements into a parent element, but "
+                    "the parent has no element there: the state comes from another pipeline."
+                ) from None
+            self._taken = taken
 
 
-class FlatMapIterDataset(_OneParentIterDataset):
+class FlatMapIterDataset(OneParentIterDataset):
     """Each element replaced by the elements ``transform.flat_map(element)`` returns."""
 
     def __init__(self, parent: IterDataset, transform: Any):
@@ -241,7 +231,7 @@ class _FlatMapIterator(_SnapshotIterator):
         return x
 
 
-class LimitIterDataset(_OneParentIterDataset):
+class LimitIterDataset(OneParentIterDataset):
     """At most ``count`` elements of the parent."""
 
     def __init__(self, parent: IterDataset, count: int):
@@ -252,11 +242,12 @@ class LimitIterDataset(_OneParentIterDataset):
         return _LimitIterator(iter(self._parent), self._count)
 
 
-class _LimitIterator(_OneParentIterator):
+class _LimitIterator(OneParentIterator):
     kind = "LimitIterDataset"
 
     def __init__(self, parent, limit):
         super().__init__(parent)
+        self._parent = parent  # Grain's attribute, set: read per element
         self._limit, self._count = limit, 0
 
     def _get_next_index(self) -> int:
@@ -281,10 +272,13 @@ class _LimitIterator(_OneParentIterator):
         self._count += len(out)
         return out
 
-    def _extra_state(self):
+    def position_fields(self):
+        return {"count": StateField.position()}
+
+    def position_state(self):
         return {"count": self._count}
 
-    def _set_extra_state(self, state):
+    def restore_position(self, state):
         self._count = int(state["count"])
 
 

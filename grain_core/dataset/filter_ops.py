@@ -12,16 +12,11 @@ from grain_core.dataset.base import IterDataset
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, unread
 from grain_core.dataset.filter_ratio import FilterRatioCheck
-from grain_core.dataset.iter_ops import (
-    _error_note,
-    _OneParentIterator,
-    _OneParentIterDataset,
-    _Raise,
-    _stage_name,
-)
+from grain_core.dataset.iter_ops import _error_note, _Raise, _stage_name
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 
 
-class FilterIterDataset(_OneParentIterDataset):
+class FilterIterDataset(OneParentIterDataset):
     """Only the elements for which ``transform(element)`` is true."""
 
     def __init__(self, parent: IterDataset, transform: Any):
@@ -38,7 +33,7 @@ class FilterIterDataset(_OneParentIterDataset):
         return f"FilterIterDataset({tr.transform_name(self._transform)})"
 
 
-class _FilterIterator(_OneParentIterator):
+class _FilterIterator(OneParentIterator):
     """Keeps the elements ``fn`` accepts, testing whole chunks where the parent can move back.
 
     **Read-ahead kept inside.** Where the parent can move back (:func:`can_unread`), the filter
@@ -73,6 +68,7 @@ class _FilterIterator(_OneParentIterator):
 
     def __init__(self, parent, fn, name="filter()"):
         super().__init__(parent)
+        self._parent = parent  # Grain's attribute, set: read per element
         self._fn = fn
         self._check = FilterRatioCheck(name)
         self._tested = 0  # parent elements read and not given back (for error messages)
@@ -339,7 +335,7 @@ class _FilterIterator(_OneParentIterator):
             self._settle()
         held = self._held
         if held is not None:
-            return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+            return _state.make_state(self.kind, parent=held[1])
         verdicts, s = self._verdicts, self._served
         if s < len(self._kept) or self._error is not None or (verdicts and not verdicts[-1]):
             self._give_back()
@@ -350,7 +346,7 @@ class _FilterIterator(_OneParentIterator):
         self._since = -s
         return _state.make_state(self.kind, parent=self._parent.get_state())
 
-    def _set_extra_state(self, state):
+    def restore_position(self, state):
         self._held = self._owed = None
         self._error = None
         self._replay = []

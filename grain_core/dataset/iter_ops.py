@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from grain_core import seeds as _seeds
@@ -14,48 +13,14 @@ from grain_core.dataset.chunking import can_unread, unread
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.seed_lineage import SeedLineage
 from grain_core.dataset.sharing import current_worker
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.options import DatasetOptions
+from grain_core.state import StateField
 from grain_core.validation import check_instance
 
 
 def _check_iter_parent(parent: Any, where: str) -> IterDataset:
     return check_instance(parent, IterDataset, where, verb="expects")
-
-
-class _OneParentIterDataset(IterDataset):
-    def __init__(self, parent: IterDataset):
-        super().__init__(_check_iter_parent(parent, type(self).__name__))
-        self._parent = parent
-
-
-class _OneParentIterator(DatasetIterator):
-    """An iterator over one parent whose state is ``{kind, parent, **extra}``."""
-
-    kind = ""
-
-    def __init__(self, parent: DatasetIterator):
-        super().__init__(parent)
-        self._parent = parent
-
-    def _extra_state(self) -> dict[str, Any]:
-        return {}
-
-    def _check_extra_state(self, state: Mapping[str, Any]) -> None:
-        """Raises ``StateMismatchError`` if ``state``'s own fields do not fit this iterator; changes
-        nothing. Called before anything is restored."""
-
-    def _set_extra_state(self, state: Mapping[str, Any]) -> None:
-        pass
-
-    def get_state(self):
-        return _state.make_state(self.kind, parent=self._parent.get_state(), **self._extra_state())
-
-    def set_state(self, state):
-        _state.expect_state(state, self.kind, ("parent", *self._extra_state()))
-        self._check_extra_state(state)
-        with _state.rollback_on_error(self):
-            self._parent.set_state(state["parent"])
-            self._set_extra_state(state)
 
 
 def _stage_name(kind: str, fn: Any) -> str:
@@ -78,7 +43,7 @@ class _Raise:
         self.error = error
 
 
-class _ChunkedOneToOne(_OneParentIterator):
+class _ChunkedOneToOne(OneParentIterator):
     """A stage calling ``self._fn`` once per parent element, on whole chunks where it can.
 
     Its ``_count`` is the number of elements returned; an exception from the function gets a note
@@ -93,6 +58,7 @@ class _ChunkedOneToOne(_OneParentIterator):
 
     def __init__(self, parent, fn):
         super().__init__(parent)
+        self._parent = parent  # Grain's attribute, set: read per element
         self._fn = fn
         self._count = 0
         self._chunked = self.can_unread = can_unread(parent)
@@ -122,7 +88,7 @@ class _ChunkedOneToOne(_OneParentIterator):
             self._settle()
         held = self._held
         if held is not None:
-            return _state.make_state(self.kind, parent=held[1], **self._extra_state())
+            return _state.make_state(self.state_kind, parent=held[1], **self.position_state())
         if self._pending is not None:
             self._give_back_pending()
         return super().get_state()
@@ -139,7 +105,7 @@ class _ChunkedOneToOne(_OneParentIterator):
         self._count -= 1
 
     def _where(self) -> str:
-        return _stage_name(self.kind, self._fn)
+        return _stage_name(self.state_kind, self._fn)
 
     def _call(self, x: Any, i: int) -> Any:
         raise NotImplementedError
@@ -292,7 +258,7 @@ class _ChunkedOneToOne(_OneParentIterator):
         self._last_out = kept
         self._count -= back
 
-    def _set_extra_state(self, state):
+    def restore_position(self, state):
         self._held = None
         self._owed = None
         self._pending = None
@@ -327,7 +293,7 @@ class _PassThroughIterator(DatasetIterator):
         self._parent.set_state(state)
 
 
-class SeedIterDataset(_OneParentIterDataset):
+class SeedIterDataset(OneParentIterDataset):
     """Passes elements through; sets the pipeline seed for downstream random transformations."""
 
     def __init__(self, parent: IterDataset, seed: int):
@@ -340,7 +306,7 @@ class SeedIterDataset(_OneParentIterDataset):
         return _PassThroughIterator(iter(self._parent))
 
 
-class WithOptionsIterDataset(_OneParentIterDataset):
+class WithOptionsIterDataset(OneParentIterDataset):
     """Applies ``DatasetOptions`` to every stage upstream of this one."""
 
     def __init__(self, parent: IterDataset, options: DatasetOptions):
@@ -356,7 +322,7 @@ class WithOptionsIterDataset(_OneParentIterDataset):
 # --- one-to-one ------------------------------------------------------------------------------------
 
 
-class MapIterDataset(_OneParentIterDataset):
+class MapIterDataset(OneParentIterDataset):
     """``transform(element)`` for each element."""
 
     def __init__(self, parent: IterDataset, transform: Any):
@@ -400,7 +366,7 @@ class _MapIterator(_ChunkedOneToOne):
         out.extend(map(self._fn, chunk))
 
 
-class RandomMapIterDataset(_OneParentIterDataset):
+class RandomMapIterDataset(OneParentIterDataset):
     """``transform(element, rng)`` with ``rng = element_rng(seed, number of elements before it)``.
 
     In worker ``w`` of ``K`` (``mp_prefetch`` / ``multithread_prefetch``) the ``n``-th element the
@@ -434,19 +400,15 @@ class _RandomMapIterator(_ChunkedOneToOne):
     def _call(self, x, i):
         return self._fn(x, self._rngs(self._worker + i * self._workers))
 
-    def _extra_state(self):
+    def position_fields(self):
+        return {"count": StateField.position(), "seed": StateField.identity()}
+
+    def position_state(self):
         return {"count": self._count, "seed": self._seed}
 
-    def _check_extra_state(self, state):
-        if state["seed"] != self._seed:
-            raise _state.StateMismatchError(
-                f"random_map state has seed {state['seed']}, this pipeline has {self._seed}: the "
-                "state comes from a different pipeline."
-            )
 
 
-
-class MapWithIndexIterDataset(_OneParentIterDataset):
+class MapWithIndexIterDataset(OneParentIterDataset):
     """``transform(i, element)`` where ``i`` counts elements from 0."""
 
     def __init__(self, parent: IterDataset, transform: Any):
@@ -467,5 +429,8 @@ class _MapWithIndexIterator(_ChunkedOneToOne):
     def _apply(self, chunk, start, out):
         out.extend(map(self._fn, range(start, start + len(chunk)), chunk))  # see _MapIterator
 
-    def _extra_state(self):
+    def position_fields(self):
+        return {"count": StateField.position()}
+
+    def position_state(self):
         return {"count": self._count}

@@ -578,7 +578,7 @@ class _LazyChunk:
             return self._read[pos]
         index = self._start + pos
         try:
-            x = self._ds._getitem(index)
+            x = self._ds.element_at(index)
         except Exception as e:
             e.add_note(f"raised while to_iter_dataset read index {index} of its MapDataset")
             raise

@@ -24,20 +24,18 @@ from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import IterDataset
-from grain_core.dataset.batch_ops import _check_batch_size_field, _SnapshotIterator
+from grain_core.dataset.batch_ops import _SnapshotIterator
 from grain_core.dataset.chunking import can_unread, unread
-from grain_core.dataset.iter_ops import (
-    _check_iter_parent,
-    _OneParentIterator,
-    _OneParentIterDataset,
-)
+from grain_core.dataset.iter_ops import _check_iter_parent
 from grain_core.dataset.iterator import DatasetIterator
+from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
+from grain_core.state import StateField
 from grain_core.validation import check_int
 
 __all__ = ["RebatchIterDataset", "RepeatIterDataset", "ZipIterDataset"]
 
 
-class RebatchIterDataset(_OneParentIterDataset):
+class RebatchIterDataset(OneParentIterDataset):
     """Re-cuts batched elements into batches of ``batch_size`` along the leading axis."""
 
     def __init__(self, parent: IterDataset, batch_size: int, drop_remainder: bool = False):
@@ -74,15 +72,15 @@ class _RebatchIterator(_SnapshotIterator):
     def _expand(self, x):
         return [x, _leading_dim(x)]
 
-    def _extra_state(self):
+    def position_fields(self):
+        return {"batch_size": StateField.identity()}
+
+    def position_state(self):
         return {"batch_size": self._bs}
 
-    def _check_extra_state(self, state):
-        _check_batch_size_field(state, self._bs)
-
-    def set_state(self, state):
+    def restore_state(self, state):
         self._ahead = []
-        super().set_state(state)
+        super().restore_state(state)
 
     def __next__(self):
         """One batch, cut from the current parent element and the next ones. Works on local
@@ -246,7 +244,7 @@ class _ZipIterator(DatasetIterator):
                 p.set_state(s)
 
 
-class RepeatIterDataset(_OneParentIterDataset):
+class RepeatIterDataset(OneParentIterDataset):
     """The parent's elements ``num_epochs`` times (forever with ``None``), re-iterating the parent
     from its start for each epoch. An epoch that yields nothing ends the repetition (no busy loop)."""
 
@@ -260,11 +258,12 @@ class RepeatIterDataset(_OneParentIterDataset):
         return _RepeatIterator(self._parent, self._epochs)
 
 
-class _RepeatIterator(_OneParentIterator):
+class _RepeatIterator(OneParentIterator):
     kind = "RepeatIterDataset"
 
     def __init__(self, parent_ds: IterDataset, epochs: int | None):
         super().__init__(iter(parent_ds))
+        self._parent = self._parents[0]  # Grain's attribute, set: read per element
         self._parent_ds, self._limit, self._epoch, self._seen = parent_ds, epochs, 0, 0
         self._fresh: DatasetIterator | None = None  # the next epoch's iterator, being started
         self._retired: DatasetIterator | None = None  # the last epoch's, being closed
@@ -313,8 +312,11 @@ class _RepeatIterator(_OneParentIterator):
         self._fresh = self._retired = None
         super().close()
 
-    def _extra_state(self):
+    def position_fields(self):
+        return {"epoch": StateField.position(), "seen": StateField.position()}
+
+    def position_state(self):
         return {"epoch": self._epoch, "seen": self._seen}
 
-    def _set_extra_state(self, state):
+    def restore_position(self, state):
         self._epoch, self._seen = int(state["epoch"]), int(state["seen"])

@@ -50,7 +50,7 @@ __all__ = [
 
 
 def _check_parent(parent: Any, expected: type, stage: str) -> None:
-    check_instance(parent, expected, stage, verb="expects", expected=f"a {expected.__name__}")
+    check_instance(parent, expected, stage, verb="expects")
 
 
 class OneParentMapDataset(MapDataset[T]):
@@ -107,10 +107,14 @@ class SourceIterDataset(IterDataset[T]):
 
 
 class OneParentIterator(DatasetIterator[T]):
-    """An iterator reading one parent iterator (``parent``).
+    """An iterator reading one parent iterator (``parent``); implement ``__next__``.
 
-    Implement ``__next__``, ``get_state``, ``state_fields`` and ``restore_state``; ``set_state``
-    is the kernel's (check, then restore, rolled back on error).
+    Its default state is ``{"kind", "parent": the parent's state, **position_state()}``: a stage
+    whose own position is a few values declares them in ``position_fields()`` and returns them from
+    ``position_state()`` / takes them in ``restore_position(state)`` (after the parent is
+    restored). ``set_state`` is the kernel's: it checks the kind and the declared fields before
+    anything moves, then restores (the parent checks its own state), rolled back on error. A
+    stage with another state shape overrides ``get_state``, ``state_fields`` and ``restore_state``.
     """
 
     def __init__(self, parent: DatasetIterator):
@@ -121,6 +125,29 @@ class OneParentIterator(DatasetIterator[T]):
     def parent(self) -> DatasetIterator:
         """The iterator this one reads."""
         return self.parents[0]
+
+    def position_fields(self) -> Mapping[str, StateField]:
+        """This stage's own state fields besides ``parent`` (default: none)."""
+        return {}
+
+    def position_state(self) -> dict[str, Any]:
+        """The values of :meth:`position_fields` (default: none)."""
+        return {}
+
+    def restore_position(self, state: Mapping[str, Any]) -> None:
+        """Takes the values of :meth:`position_fields` from a checked ``state``."""
+
+    def get_state(self) -> dict[str, Any]:
+        return _state.make_state(
+            self.state_kind, parent=self.parent.get_state(), **self.position_state()
+        )
+
+    def state_fields(self) -> Mapping[str, StateField]:
+        return {"parent": StateField.opaque(nullable=False), **self.position_fields()}
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        self.parent.set_state(state["parent"])
+        self.restore_position(state)
 
 
 class ManyParentIterator(DatasetIterator[T]):
