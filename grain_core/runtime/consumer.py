@@ -2,7 +2,8 @@
 holds, round-robin over the workers' channels with an exact state; and :func:`next_or_rollback`.
 
 Part of the runtime API (:mod:`grain_core.runtime.api` re-exports the public names; see
-``docs/runtime.md``). The consumer's state format (``kind`` :data:`STATE_KIND`) is described there.
+``docs/runtime.md``). The turn order and the state format (``kind`` :data:`STATE_KIND`) are the one
+round-robin of :mod:`grain_core.runtime.round_robin`, shared with ``multithread_prefetch``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import weakref
 from typing import Any, NamedTuple
 
 from grain_core import grain_states as _grain_states
-from grain_core import state as _state
 from grain_core.dataset.base import IterDataset
 from grain_core.dataset.iterator import DatasetIterator
-from grain_core.runtime import elastic
+from grain_core.runtime import elastic, round_robin
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import (
     Consumed,
@@ -37,10 +37,6 @@ __all__ = ["STATE_KIND", "RoundRobinConsumer", "next_or_rollback"]
 STATE_KIND = elastic.MP_KIND
 
 WAIT_SECONDS = 0.05
-
-#: The largest ``skip`` a state may hold: a worker state is taken at least every message, so a
-#: state written by ``get_state()`` never skips more.
-MAX_SKIP = 1 << 16
 
 
 def next_or_rollback(it: Any) -> Any:
@@ -202,7 +198,7 @@ class RoundRobinConsumer(DatasetIterator):
             if w.exhausted:
                 if all(x.exhausted for x in cur.workers):
                     raise StopIteration
-                self._cursor = cur._replace(next_worker=(i + 1) % k)
+                self._cursor = cur._replace(next_worker=round_robin.turn_after(i, k))
                 continue
             if w.buffered:
                 msg = w.buffered[0]
@@ -234,7 +230,7 @@ class RoundRobinConsumer(DatasetIterator):
                 ws = cur.workers
                 new = _Cursor(
                     cur.generation,
-                    i + 1 if i + 1 < k else 0,
+                    round_robin.turn_after(i, k),
                     cur.position + 1,
                     ws[:i] + (nw,) + ws[i + 1 :],
                 )
@@ -283,7 +279,7 @@ class RoundRobinConsumer(DatasetIterator):
         left = k - sum(exhausted)
         while len(out) < max_elements and left:
             if exhausted[i]:
-                i = i + 1 if i + 1 < k else 0
+                i = round_robin.turn_after(i, k)
                 continue
             q = queues[i]
             if not q:
@@ -291,7 +287,7 @@ class RoundRobinConsumer(DatasetIterator):
                 if w.ended and w.failure is None:  # End received, every element returned
                     exhausted[i] = True
                     left -= 1
-                    i = i + 1 if i + 1 < k else 0
+                    i = round_robin.turn_after(i, k)
                     continue
                 break  # not arrived yet (or a failure): the next call handles it
             msg = q[0]
@@ -304,7 +300,7 @@ class RoundRobinConsumer(DatasetIterator):
                 o = 0
             offsets[i] = o
             took[i] += 1
-            i = i + 1 if i + 1 < k else 0
+            i = round_robin.turn_after(i, k)
         if not out:
             return [self.__next__()]
         new_ws = list(ws)
@@ -450,12 +446,8 @@ class RoundRobinConsumer(DatasetIterator):
 
     def get_state(self) -> dict[str, Any]:
         cur = self._cursor
-        return _state.make_state(
-            STATE_KIND,
-            num_workers=self._k,
-            next_worker=cur.next_worker,
-            position=cur.position,
-            workers=[_worker_entry(w) for w in cur.workers],
+        return round_robin.make_state(
+            STATE_KIND, cur.next_worker, cur.position, [_share(w) for w in cur.workers]
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -466,55 +458,17 @@ class RoundRobinConsumer(DatasetIterator):
                 state, [self.template(i) for i in range(self._k)]
             )
         state = elastic.adapt_state(self, state)
-        _state.expect_state(
-            state, STATE_KIND, ("num_workers", "next_worker", "workers"), num_workers=self._k
-        )
-        workers = state["workers"]
-        nxt = state["next_worker"]
-        if (
-            not isinstance(workers, list)
-            or len(workers) != self._k
-            or not _state_int(nxt)
-            or not 0 <= nxt < self._k
-        ):
-            raise _state.StateMismatchError(
-                f"The {STATE_KIND!r} state does not describe {self._k} workers: {state!r}"
-            )
-        for i, w in enumerate(workers):
-            if isinstance(w, dict):
-                _state.check_state_int(
-                    w.get("skip"), f"workers[{i}].skip", maximum=MAX_SKIP, where=STATE_KIND
-                )
-            if not isinstance(w, dict) or not isinstance(w.get("exhausted", False), bool):
-                raise _state.StateMismatchError(
-                    f"Malformed worker entry in the state: {w!r} (skip must be an int in "
-                    f"[0, {MAX_SKIP}], exhausted a bool): it was not written by get_state()."
-                )
-        position = state.get("position", 0)
-        if not _state_int(position) or position < 0:
-            raise _state.StateMismatchError(f"Malformed position in the state: {position!r}")
-        for i, w in enumerate(workers):
-            wstate = w.get("state")
-            if wstate is None:
-                continue
-            template = self.template(i)
-            if template is not None:
-                _state.check_same_pipeline(template, wstate, where=f"state.workers[{i}].state")
+        saved = round_robin.read_state(state, STATE_KIND, self._k, self.template)
         gen = self._cursor.generation + 1
         views = tuple(
-            _Worker(
-                state=w.get("state"),
-                skip=int(w["skip"]),
-                exhausted=bool(w.get("exhausted", False)),
-                ended=bool(w.get("exhausted", False)),
-            )
-            for w in workers
+            _Worker(state=w.state, skip=w.skip, exhausted=w.exhausted, ended=w.exhausted)
+            for w in saved.shares
         )
         self._started = False
         self._error = None
         self._credited = [0] * self._k
         self._prev = None
-        self._cursor = _Cursor(gen, int(nxt), int(position), views)
+        self._cursor = _Cursor(gen, saved.next_worker, saved.position, views)
 
     def template(self, i: int) -> Any:
         """Worker ``i``'s fresh-iterator state, waiting for it if needed; None if the worker cannot
@@ -558,16 +512,10 @@ class RoundRobinConsumer(DatasetIterator):
         self._finalizer()
 
 
-def _worker_entry(w: _Worker) -> dict[str, Any]:
+def _share(w: _Worker) -> round_robin.Share:
     pos = w.position()
-    return {"state": pos.state, "skip": pos.skip, "exhausted": w.exhausted}
+    return round_robin.Share(pos.state, pos.skip, w.exhausted)
 
 
 def _with(cur: _Cursor, i: int, w: _Worker) -> _Cursor:
     return cur._replace(workers=cur.workers[:i] + (w,) + cur.workers[i + 1 :])
-
-
-def _state_int(v: Any) -> bool:
-    import numbers
-
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)

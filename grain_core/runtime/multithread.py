@@ -8,10 +8,14 @@ an ``mp_prefetch`` worker does, so ``to_iter_dataset`` reads indices ``i::K`` --
 element, thread 1's first, ...), an exhausted thread being skipped from then on: for the same
 pipeline it is the output of ``mp_prefetch`` with ``K`` workers.
 
-State: ``{"kind", "num_workers", "workers": [per-thread state], "exhausted": [...], "next": i}``;
-``set_state`` checks every thread's state against that thread's fresh state first
+The turn order and the state are the one round-robin of :mod:`grain_core.runtime.round_robin`
+(``mp_prefetch``'s consumer uses the same): ``{"kind": "MultithreadPrefetchDatasetIterator",
+"num_workers", "next_worker", "position", "workers": [{"state", "skip", "exhausted"}, ...]}``, each
+``state`` being that thread's share pipeline's own state (as an ``mp_prefetch`` worker's is).
+``set_state`` checks every share's state against that share's fresh state first
 (:func:`grain_core.state.check_same_pipeline`), so a state from another pipeline changes nothing.
-``close()`` stops and joins every thread.
+It still reads the layout written before (``"workers"`` holding the thread-prefetch states,
+``"exhausted"`` and ``"next"``). ``close()`` stops and joins every thread.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from grain_core import state as _state
 from grain_core.dataset.base import IterDataset
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.sharing import worker_share
+from grain_core.runtime import round_robin
 from grain_core.runtime.thread_prefetch import ThreadPrefetchDatasetIterator
 from grain_core.validation import check_instance, check_int
 
@@ -93,9 +98,11 @@ class _MultithreadIterator(DatasetIterator):
             raise
         super().__init__(inner)
         self._k = k
+        # Each thread's fresh thread-prefetch state (its "parent" is the share pipeline's state).
         self._templates = [it.get_state() for it in inner]
         self._exhausted = [False] * k
         self._next = 0
+        self._position = 0  # output elements returned
 
     def start_prefetch(self) -> None:
         for it in self._parents:
@@ -104,40 +111,68 @@ class _MultithreadIterator(DatasetIterator):
     def __next__(self) -> Any:
         for _ in range(self._k):
             i = self._next
+            after = round_robin.turn_after(i, self._k)
             if self._exhausted[i]:
-                self._next = (i + 1) % self._k
+                self._next = after
                 continue
             try:
                 value = next(self._parents[i])
             except StopIteration:
                 self._exhausted[i] = True
-                self._next = (i + 1) % self._k
+                self._next = after
                 continue
-            self._next = (i + 1) % self._k
+            self._next = after
+            self._position += 1
             return value
         raise StopIteration
 
     def get_state(self) -> dict[str, Any]:
-        return _state.make_state(
-            _KIND,
-            num_workers=self._k,
-            workers=[it.get_state() for it in self._parents],
-            exhausted=list(self._exhausted),
-            next=self._next,
-        )
+        shares = [
+            round_robin.Share(it.get_state()["parent"], 0, exhausted)
+            for it, exhausted in zip(self._parents, self._exhausted)
+        ]
+        return round_robin.make_state(_KIND, self._next, self._position, shares)
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if isinstance(state, dict) and "next" in state and "next_worker" not in state:
+            state = self._from_first_layout(state)
+        saved = round_robin.read_state(state, _KIND, self._k, lambda i: self._templates[i]["parent"])
+        exhausted = [share.exhausted for share in saved.shares]
+        with _state.rollback_on_error(self):
+            for i, (it, tmpl, share) in enumerate(zip(self._parents, self._templates, saved.shares)):
+                it.set_state({**tmpl, "parent": tmpl["parent"] if share.state is None else share.state})
+                for _ in range(share.skip):
+                    try:
+                        next(it)
+                    except StopIteration:
+                        exhausted[i] = True
+                        break
+        self._exhausted = exhausted
+        self._next = saved.next_worker
+        self._position = saved.position
+
+    def _from_first_layout(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A state in the layout written before the shared round-robin format, converted."""
         _state.expect_state(state, _KIND, ("workers", "exhausted", "next"), num_workers=self._k)
         workers, exhausted = state["workers"], state["exhausted"]
-        if len(workers) != self._k or len(exhausted) != self._k:
+        if (
+            not isinstance(workers, list)
+            or not isinstance(exhausted, list)
+            or len(workers) != self._k
+            or len(exhausted) != self._k
+        ):
             raise _state.StateMismatchError(
-                f"The state has {len(workers)} thread states; this pipeline runs {self._k} threads."
+                f"The state's workers and exhausted must be lists of {self._k} entries (this "
+                f"pipeline runs {self._k} threads), got {workers!r} and {exhausted!r}."
             )
-        for i, (tmpl, s) in enumerate(zip(self._templates, workers)):
-            _state.check_same_pipeline(tmpl, s, where=f"state.workers[{i}]")
+        for i, w in enumerate(workers):
+            _state.check_same_pipeline(self._templates[i], w, where=f"state.workers[{i}]")
+            if not isinstance(w, dict) or "parent" not in w:
+                raise _state.StateMismatchError(f"Malformed thread state at state.workers[{i}]: {w!r}")
         nxt = check_int(state["next"], "state next")
-        with _state.rollback_on_error(self):
-            for it, s in zip(self._parents, workers):
-                it.set_state(s)
-        self._exhausted = [bool(e) for e in exhausted]
-        self._next = nxt % self._k
+        return round_robin.make_state(
+            _KIND,
+            nxt % self._k,
+            0,
+            [round_robin.Share(w["parent"], 0, bool(e)) for w, e in zip(workers, exhausted)],
+        )
