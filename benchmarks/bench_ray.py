@@ -7,7 +7,8 @@ runs in process, with ``mp_prefetch`` over ``K`` worker processes, and with ``K`
 first ``K`` elements, one per worker), the rate after them, and the ratios of the rates. ``ray.init`` is timed once.
 
 Usage: ``python benchmarks/bench_ray.py [--size tiny|small|full] [--workers K] [--address ADDR]
-[--buffer per_worker_buffer_size] [--min-buffer-size M]`` (buffer default 64 for both runtimes;
+[--buffer per_worker_buffer_size] [--min-buffer-size M]`` (buffer default 1, Grain's default, for
+both runtimes: the actors group elements by bytes, ``RayRuntime.ahead_bytes``;
 ``--min-buffer-size M`` adds a row: Ray with ``RayRuntime(min_buffer_size=M)``, which lets the
 actors group ``M`` elements per call when ``--buffer`` is smaller); from
 ``benchmarks/run.py`` it runs at full size (``GRAIN_CORE_BENCH_RAY_SIZE=tiny`` for a smoke run).
@@ -65,7 +66,7 @@ def run(
     size: str = "full",
     workers: int = 2,
     address: str | None = None,
-    buffer: int = 64,
+    buffer: int = 1,
     min_buffer_size: int | None = None,
 ) -> dict:
     """Runs the comparison; prints and returns ``{pipeline: {runtime: (start s, rate)}}``."""
@@ -89,7 +90,8 @@ def run(
         f"Ray runtime benchmark ({size}): {workers} workers, per_worker_buffer_size={buffer}; "
         f"ray.init {init_s:.2f} s"
     )
-    # A Ray call costs ~1 ms where a pipe costs ~20 us: room for groups of elements per call.
+    # A Ray call costs ~1 ms where a pipe costs ~20 us: the actors group elements up to
+    # RayRuntime.ahead_bytes (16 MiB) per call whatever the buffer.
     options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=buffer)
     runtime = RayRuntime(num_cpus=1)
     out: dict = {}
@@ -136,7 +138,7 @@ if __name__ == "__main__":
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--address", default=None, help="an existing Ray cluster (default: local)")
-    parser.add_argument("--buffer", type=int, default=64, help="per_worker_buffer_size")
+    parser.add_argument("--buffer", type=int, default=1, help="per_worker_buffer_size")
     parser.add_argument(
         "--min-buffer-size", type=int, default=None, help="adds a row: RayRuntime(min_buffer_size=)"
     )
