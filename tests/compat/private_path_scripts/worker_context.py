@@ -1,8 +1,10 @@
 """A Grain-style custom iterator reading ``self._ctx.mp_context`` in ``mp_prefetch`` workers.
 
 Each element says which worker made it (``process_index``, ``process_count`` as the custom stage
-sees them) in the main process and under ``mp_prefetch`` with two and three workers. Run with
-google grain (the recorder) or through ``python -m grain_core.compat run``; prints one JSON object.
+sees them) in the main process, under ``mp_prefetch`` with two and three workers and under
+``multithread_prefetch`` with three threads (each thread is one "process" of Grain's context).
+Run with google grain (the recorder) or through ``python -m grain_core.compat run``; prints one
+JSON object.
 """
 
 import json
@@ -49,6 +51,8 @@ def main() -> dict:
     for workers in (2, 3):
         it = iter(tagged.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
         out[f"workers_{workers}"] = sorted(list(it))
+    threads = grain.experimental.multithread_prefetch(tagged, num_threads=3, buffer_size=2)
+    out["threads_3"] = sorted(list(threads))
     return out
 
 
