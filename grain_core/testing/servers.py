@@ -36,15 +36,55 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 _JOIN_TIMEOUT_S = 10.0
 
 
+_REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found"}
+_REASONS.update({416: "Range Not Satisfiable", 501: "Not Implemented", 503: "Service Unavailable"})
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
+    """Answers GET / HEAD with byte ranges. Requests are parsed by hand (request line, then at most
+    ``_MAX_HEADERS`` header lines) and each answer is one write: the standard library's header
+    parsing and line-by-line writes cost several times more CPU per request, and the benchmark's
+    server shares the client's cores (it must not be what limits the rate)."""
+
     protocol_version = "HTTP/1.1"  # keep-alive: connections are reused like a real object store
     timeout = 60  # an idle connection's thread ends after this long
-    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms ACK stalls
+    disable_nagle_algorithm = True
 
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
+    def handle_one_request(self) -> None:
+        try:
+            line = self.rfile.readline(_MAX_LINE + 1)
+            if not line:
+                self.close_connection = True
+                return
+            parts = line.decode("latin-1").split()
+            headers: dict[str, str] = {}
+            for _ in range(_MAX_HEADERS):
+                h = self.rfile.readline(_MAX_LINE + 1)
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                key, _, value = h.decode("latin-1").partition(":")
+                headers[key.strip().lower()] = value.strip()
+            else:
+                parts = []  # too many headers
+            if len(parts) != 3 or len(line) > _MAX_LINE:
+                self.command = "GET"
+                self._send(400, b"bad request", close=True)
+                return
+            self.command, self.path, version = parts
+            self.close_connection = (
+                version != "HTTP/1.1" or headers.get("connection", "").lower() == "close"
+            )
+            if self.command not in ("GET", "HEAD"):
+                self._send(501, b"only GET and HEAD", close=True)
+                return
+            self._answer(headers.get("range"))
+            self.wfile.flush()
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
 
     def _target(self) -> tuple[int, Any] | None:
         """``(size, read(start, end))`` of the file asked for, after the latency and injected
@@ -65,24 +105,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(404, b"not found")
         return found
 
-    def _send(self, code: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
-        self.send_response(code)
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        lines = [f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}", f"Content-Length: {len(body)}"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        if close:
+            self.close_connection = True
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.wfile.write(head if self.command == "HEAD" else head + body)
 
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
+    def _answer(self, spec: str | None) -> None:
         found = self._target()
         if found is None:
             return
         size, read = found
-        spec = self.headers.get("Range")
         m = _RANGE.match(spec.strip()) if spec else None
         if spec is None or m is None or not (m.group(1) or m.group(2)):
             self._send(200, read(0, size), {"Accept-Ranges": "bytes"})
@@ -104,6 +146,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins the handler threads
+    # A client opening ~100 connections at once (aiohttp's pool) overflows the default backlog
+    # of 5: dropped connection attempts are retried by the kernel after 1 s, 3 s, 7 s... stalls.
+    request_queue_size = 1024
     owner: RangeHTTPServer
 
     def get_request(self) -> tuple[socket.socket, Any]:
