@@ -124,6 +124,9 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
     "grain._src.python.testing.experimental": {
         "assert_equal_output_after_checkpoint": "grain_core.testing:assert_equal_output_after_checkpoint",
     },
+    "grain._src.python.experimental.example_packing.packing": {
+        "PackAndBatchOperation": _EXP + "PackAndBatchOperation",
+    },
     "grain._src.python.experimental.index_shuffle.python.index_shuffle_module": {
         "index_shuffle": "grain_core.shuffle_cipher:index_shuffle",
     },
