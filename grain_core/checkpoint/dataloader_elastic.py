@@ -21,7 +21,7 @@ known exactly is each worker's consumed share (``c_w`` positions of its slice), 
 
 Defined when every stage between the stream and the workers' hand-off holds no part of a record
 across ``next()`` calls: the ``DataLoader`` operations ``Map``, ``RandomMap``, ``MapWithIndex``,
-``Filter`` and ``Batch``. Refused (:class:`grain_core.runtime.elastic.NotElasticError`, saying
+``Filter`` and ``Batch``. Refused (:class:`grain_core.dataset.elastic.NotElasticError`, saying
 which) for a ``FlatMap`` (a worker may stop inside the elements of one record) and for custom
 legacy ``Operation``\\ s (a function over the record iterator: its state says nothing of the
 records it consumed). Known limits: ``Batch(drop_remainder=True)`` drops each worker's last
@@ -43,10 +43,10 @@ import numpy as np
 from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.elastic import MP_KIND, NotElasticError, leaf_state
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.sharing import worker_share
 from grain_core.operations import is_custom_operation
-from grain_core.runtime.elastic import MP_KIND, NotElasticError, leaf_state
 
 __all__ = ["Remaining", "RemainingMapDataset", "plan", "refusal", "restored_remaining"]
 

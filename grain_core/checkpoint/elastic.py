@@ -1,9 +1,9 @@
 """Restoring a checkpoint written by ``N`` JAX processes on ``N'`` processes (elastic restore).
 
 This module only reads the files and turns errors into checkpoint errors; what the states mean for
-``N'`` processes is decided by :func:`grain_core.runtime.elastic.process_state`. Every process reads all ``N`` files ``process_<p>-of-<N>.json``, works out which elements of the
+``N'`` processes is decided by :func:`grain_core.dataset.elastic.process_state`. Every process reads all ``N`` files ``process_<p>-of-<N>.json``, works out which elements of the
 sharded ``MapDataset`` the ``N`` processes consumed together, and continues its own new shard just
-after them. Defined for pipelines described in :mod:`grain_core.runtime.elastic` whose
+after them. Defined for pipelines described in :mod:`grain_core.dataset.elastic` whose
 ``to_iter_dataset`` reads ``base[process_index::process_count]`` followed only by index-preserving
 stages, when the consumed elements form a prefix of ``base`` (processes stepped in lockstep, or read
 their shards to the end). Anything else raises :class:`CheckpointProcessCountError` saying why; a
@@ -19,7 +19,7 @@ from grain_core.checkpoint.errors import (
     CheckpointPipelineMismatchError,
     CheckpointProcessCountError,
 )
-from grain_core.runtime import elastic as _elastic
+from grain_core.dataset import elastic as _elastic
 from grain_core.state import StateMismatchError
 
 __all__ = ["elastic_process_state"]

@@ -35,6 +35,7 @@ from grain_core.checkpoint.errors import (
     CheckpointPipelineMismatchError,
     CheckpointProcessCountError,
 )
+from grain_core.dataset import elastic
 from grain_core.grain_states import is_grain_state
 from grain_core.state import StateMismatchError, check_json_state
 
@@ -308,8 +309,6 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
         # Another mp_prefetch worker count, 0 (in process) included: an elastic restore. An
         # mp_prefetch iterator converts in set_state; an in-process one is converted here.
         if _kind(current) != mp_kind:
-            from grain_core.runtime import elastic
-
             try:
                 state = elastic.adapt_state(iterator, state, where)
             except StateMismatchError as e:

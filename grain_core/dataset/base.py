@@ -190,7 +190,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     #: True for index-preserving stages (one parent, same length, element ``i`` made from the
     #: parent's element ``i`` only, never ``None`` for a present element): ``map``, ``random_map``,
-    #: ``map_with_index``, ``seed``. Elastic restore (``grain_core.runtime.elastic``) relies on it.
+    #: ``map_with_index``, ``seed``. Elastic restore (``grain_core.dataset.elastic``) relies on it.
     one_to_one: bool = False
 
     def __init__(self, parents: MapDataset | Sequence[MapDataset] = ()):

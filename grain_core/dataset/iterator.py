@@ -39,7 +39,7 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
     #: True for iterators with one parent that return exactly one element per parent element, in
     #: order, and whose state is either the parent's state or ``{"kind", "parent", ...}`` where an
     #: int field ``count`` (if any) is the number of elements returned and every other field is
-    #: identifying (a seed). Elastic restore (``grain_core.runtime.elastic``) relies on it.
+    #: identifying (a seed). Elastic restore (``grain_core.dataset.elastic``) relies on it.
     one_to_one: bool = False
 
     #: The give-back capability of the chunk protocol: True where :meth:`unread` works. A stage

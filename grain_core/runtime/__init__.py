@@ -17,8 +17,8 @@ One module per job, each imported on first use:
   and the interleave plugin use it; public through ``grain_core.author``).
 * :mod:`~grain_core.runtime.device` — ``device_put`` (elements to JAX devices; jax imported lazily).
 * :mod:`~grain_core.runtime.autotune` — ``pick_performance_config``.
-* :mod:`~grain_core.runtime.elastic` — elastic restore (other worker / process counts), the one
-  place that knows what a state means for another count.
+* :mod:`~grain_core.runtime.elastic` — the old name of :mod:`grain_core.dataset.elastic` (elastic
+  restore: what a state means for another worker or process count).
 
 See ``docs/runtime.md``.
 """

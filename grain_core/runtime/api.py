@@ -13,7 +13,7 @@ and documented in ``docs/runtime.md`` and ``docs/writing-plugins.md`` ("Write a 
   :class:`WorkerEndpoint` (two methods) that a transport provides.
 * :class:`RoundRobinConsumer` is the ``DatasetIterator`` the user holds: it keeps the exact state,
   checks a state before changing anything, restores states of other worker counts (elastic restore,
-  :mod:`grain_core.runtime.elastic`), and talks to one :class:`Channel` per worker.
+  :mod:`grain_core.dataset.elastic`), and talks to one :class:`Channel` per worker.
 * A transport implements :class:`Runtime`: ``start_workers(job)`` starts ``job.worker_count`` workers
   that each call ``WorkerLoop(job, index, endpoint).run()`` after
   :meth:`WorkerEnvironment.apply`, and returns a :class:`WorkerPool` of channels. The built-in

@@ -12,9 +12,10 @@ import weakref
 from typing import Any, NamedTuple
 
 from grain_core import grain_states as _grain_states
+from grain_core.dataset import elastic
 from grain_core.dataset.base import IterDataset
 from grain_core.dataset.iterator import DatasetIterator
-from grain_core.runtime import elastic, round_robin
+from grain_core.runtime import round_robin
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import (
     Consumed,
@@ -108,7 +109,7 @@ class RoundRobinConsumer(DatasetIterator):
     compares each worker state with that worker's fresh-iterator state
     (:func:`grain_core.state.check_same_pipeline`), so a state of another pipeline is refused before
     anything changes. A state saved with another worker count (or in process) is converted by
-    :func:`grain_core.runtime.elastic.adapt_state` where that is defined.
+    :func:`grain_core.dataset.elastic.adapt_state` where that is defined.
 
     An exception raised into ``next()`` (``KeyboardInterrupt``) leaves the iterator consistent:
     calling ``next()`` again continues with exactly the elements not yet returned.
@@ -490,7 +491,7 @@ class RoundRobinConsumer(DatasetIterator):
         return None if t is _PENDING else t
 
     def elastic_target(self) -> elastic.ElasticTarget:
-        """What this iterator offers an elastic restore (hook of :mod:`grain_core.runtime.elastic`)."""
+        """What this iterator offers an elastic restore (hook of :mod:`grain_core.dataset.elastic`)."""
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         templates = [self.template(i) for i in range(self._k)]

@@ -22,7 +22,7 @@ Contract (see ``docs/runtime.md``):
   every runtime, so a checkpoint moves between runtimes. ``set_state`` keeps the workers and sends
   them the new position; a state of another pipeline is refused before anything changes; a state
   of another worker count is restored elastically where defined
-  (:mod:`grain_core.runtime.elastic`).
+  (:mod:`grain_core.dataset.elastic`).
 * Failures: a worker exception is re-raised here (same type when it unpickles, with the worker's
   traceback and the output position in a note, else :class:`WorkerError`); a lost worker raises
   :class:`WorkerError`; ``close()``, ``with``, garbage collection and interpreter exit stop the

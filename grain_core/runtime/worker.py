@@ -17,8 +17,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from grain_core.dataset import elastic
 from grain_core.dataset.iterator import DatasetIterator
-from grain_core.runtime import elastic
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import (
     Consumed,

@@ -15,7 +15,7 @@ from conftest import Even, PlusOne, Twice
 import grain_core as grain
 import grain_core.python
 from grain_core.checkpoint.dataloader_elastic import Remaining
-from grain_core.runtime.elastic import NotElasticError
+from grain_core.dataset.elastic import NotElasticError
 from grain_core.state import InvalidStateError, StateMismatchError
 
 N = 60

@@ -1,4 +1,4 @@
-"""Elastic restore across ``mp_prefetch`` worker counts (``grain_core.runtime.elastic``): a state saved
+"""Elastic restore across ``mp_prefetch`` worker counts (``grain_core.dataset.elastic``): a state saved
 with K workers (0: in process) restores with K' workers, every element exactly once over the epoch;
 pipelines where it is not defined are refused with the reason, leaving the iterator unchanged."""
 
@@ -10,8 +10,8 @@ import copy
 import pytest
 
 import grain_core as grain
+from grain_core.dataset import elastic
 from grain_core.dataset.fingerprints import map_fingerprint_parts
-from grain_core.runtime import elastic
 from grain_core.runtime.multiprocess import MultiprocessPrefetchDatasetIterator
 from grain_core.state import StateMismatchError
 
