@@ -1,13 +1,14 @@
 """A batch over several remote ArrayRecord files is one concurrent batch of requests (not one round
-trip per file), served by a real HTTP range server on loopback from files written by array_record's
-writer, and compared with array_record's own reader."""
+trip per file), and chunk hashes are verified; served by a real HTTP range server on loopback from
+files written by array_record's writer, and compared with array_record's own reader."""
 
 from __future__ import annotations
 
+import fsspec
 import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
-from grain_plugin_arrayrecord import ArrayRecordDataSource, remote
+from grain_plugin_arrayrecord import ArrayRecordDataSource, RecordReadError, remote, riegeli
 
 from grain_core.testing.servers import RangeHTTPServer
 
@@ -70,3 +71,32 @@ def test_read_many_matches_reads_one_by_one(files):
         got = remote.read_many(list(zip(readers, asks)))
         assert got == [r.read(a) for r, a in zip(readers, asks)]
         assert got[0] == []
+
+
+def test_a_flipped_byte_is_caught_by_the_chunk_hashes(tmp_path):
+    """Uncompressed records: a changed byte still decodes, only the hashes can tell; the error
+    names the file and the chunk's byte offset."""
+    assert riegeli.VERIFIES_HASHES  # highwayhash-cffi is in the test extra
+    path = tmp_path / "clean.array_record"
+    w = ArrayRecordWriter(str(path), "group_size:4,uncompressed")
+    for k in range(40):
+        w.write(bytes([k]) * 500)
+    w.close()
+    reader = remote.RemoteReader(fsspec.filesystem("file"), str(path))
+    idx = reader.index()
+    assert reader.read(list(range(40))) == _reference(path)
+    c = 5
+    begin = int(idx.chunk_offsets[c])
+    raw = bytearray(path.read_bytes())
+    for where, what in ((begin + 300, "data"), (begin + 20, "header")):
+        bad = bytearray(raw)
+        bad[where] ^= 0x01
+        name = f"bad_{what}.array_record"
+        (tmp_path / name).write_bytes(bytes(bad))
+        with RangeHTTPServer(tmp_path) as server:
+            src = ArrayRecordDataSource(f"{server.url}/{name}")
+            assert src[0] == bytes([0]) * 500
+            with pytest.raises(RecordReadError, match=f"{name}.*byte offset {begin}") as info:
+                src.__getitems__([1, 4 * c + 2])
+            assert "hash does not match" in str(info.value)
+            assert info.value.record == 4 * c + 2
