@@ -76,7 +76,7 @@ def stage_options(ds: Any) -> dict[str, Any]:
         if s is not None:
             opts[k] = s
     try:
-        fields = ds._fingerprint_fields()
+        fields = tuple(ds.fingerprint_fields().values())
         if fields:
             opts.setdefault("fields", [repr(f) for f in fields])
     except Exception:
