@@ -22,7 +22,12 @@ iterators grain_core creates inside a pipeline are left alone), so set them befo
   graph written to ``grain_pipeline_<n>.dot`` (Graphviz) and ``.txt`` there; Grain 0.2.18 raises
   ``NotImplementedError`` for a non-empty directory instead (see docs/differences.md).
 
-The hook costs one attribute read per ``iter()`` call while both options are off.
+``DatasetOptions(execution_tracking_mode=STAGE_TIMING)`` applied to a pipeline (``with_options``)
+asks for the same per-stage statistics, as in Grain: an iterator the user creates whose options say
+so is made again with :func:`grain_core.stats.iter_with_stats` (the first one is closed unread),
+without the periodic log (Grain logs only in debug mode).
+
+The hook costs two attribute reads per ``iter()`` call while both options are off.
 """
 
 from __future__ import annotations
@@ -131,11 +136,27 @@ class _Reporter:
 reporter = _Reporter()
 
 
+def _stage_timing(it: Any) -> bool:
+    """Whether the options applied to iterator ``it`` ask for ``STAGE_TIMING``."""
+    mode = getattr(getattr(it, "options", None), "execution_tracking_mode", None)
+    return mode is not None and mode.name == "STAGE_TIMING"
+
+
 def debug_iterator(ds: Any, make: Callable[[Any], Any], local: threading.local) -> Any:
     """``iter(ds)`` as the debug options ask (installed into the dataset kernel's ``__iter__``)."""
     directory = config.py_dataset_visualization_output_dir
     debug = config.py_debug_mode
-    if (directory is None and not debug) or _called_from_pipeline(4):
+    if directory is None and not debug:
+        it = make(ds)
+        if not _stage_timing(it) or _called_from_pipeline(4):
+            return it
+        it.close()  # STAGE_TIMING in the pipeline's options: measured as in debug mode
+        local.inside = True
+        try:
+            return _stats.iter_with_stats(ds)
+        finally:
+            local.inside = False
+    elif _called_from_pipeline(4):
         return make(ds)
     local.inside = True
     try:

@@ -13,16 +13,17 @@ here. Contract:
   ``wait_time_ratio`` is computed as Grain computes it (a stage's share of the processing time of
   the stages down to the nearest prefetch; a prefetch's share is handed to the stages it runs).
 
-  - For an iterator made while ``py_debug_mode`` is on (``iter(ds)``, which is then
-    :func:`grain_core.stats.iter_with_stats`), the nodes are that iterator's stages as
+  - For an iterator made while ``py_debug_mode`` is on, or whose pipeline's options ask for
+    ``STAGE_TIMING`` (``iter(ds)`` is then :func:`grain_core.stats.iter_with_stats`, see
+    :mod:`grain_core.debug`), the nodes are that iterator's stages as
     :mod:`grain_core.stats` measured them, the stages run in ``mp_prefetch`` workers included
     (their counts summed over the workers). ``total_processing_time_ns`` is the stage's self time;
     grain_core keeps no per-element extremes, so ``min`` and ``max`` are the mean per element.
     Where a custom stage records through ``self._stats`` (:mod:`grain_core.dataset.grain_stats`),
     its node's ``output_spec`` and bytes are those records.
-  - Otherwise, when the iterator's ``_stats`` records (``STAGE_TIMING`` in its options), the nodes
-    are the tree of ``_stats`` objects, with what each stage recorded through them (stages of
-    grain_core record nothing there: use ``py_debug_mode`` for their times).
+  - Otherwise, when the iterator's ``_stats`` records (an iterator inside such a pipeline), the
+    nodes are the tree of ``_stats`` objects, with what each stage recorded through them (stages
+    of grain_core record nothing there).
   - Otherwise ``ValueError`` with Grain's message.
 
 * :func:`pretty_format_summary` ``(summary)`` is a text table of the nodes with Grain's columns

@@ -91,17 +91,38 @@ def test_record_self_time_counts_num_elements_and_offset(debug_mode):
     assert stats.min_processing_time_ns >= 10**9 // 4
 
 
-def test_stage_timing_option_turns_recording_on():
+def _find(it, cls):
+    if isinstance(it, cls):
+        return it
+    for parent in getattr(it, "_parents", ()):
+        found = _find(parent, cls)
+        if found is not None:
+            return found
+    return None
+
+
+def test_stage_timing_option_measures_every_stage_and_turns_recording_on(caplog):
+    """As in Grain, STAGE_TIMING in the pipeline's options collects what py_debug_mode collects
+    (without its periodic log)."""
     options = grain.experimental.DatasetOptions(
         execution_tracking_mode=grain.experimental.ExecutionTrackingMode.STAGE_TIMING
     )
     ds = grain.experimental.WithOptionsIterDataset(Double(_source(3)), options)
     it = iter(ds)
+    assert hasattr(it, "stats")  # measured by grain_core.stats
     assert len(list(it)) == 3
     summary = get_execution_summary(it)
-    recorded = [n for n in summary.nodes.values() if n.name == "_DoubleIterator"]
-    assert len(recorded) == 1 and recorded[0].num_produced_elements == 3
-    assert summary.nodes[0].is_output and summary.nodes[0].inputs == [recorded[0].id]
+    by_name = {n.name: n for n in summary.nodes.values()}
+    assert by_name["Double()"].num_produced_elements == 3
+    assert any(name.startswith("MapMapDataset") for name in by_name)
+    # The custom stage's own records, and the summary of its _stats tree (no measurement there).
+    inner = _find(it, _DoubleIterator)
+    assert isinstance(inner._stats, grain_stats.ExecutionStats)
+    own = get_execution_summary(inner)
+    assert own.nodes[0].name == "_DoubleIterator" and own.nodes[0].num_produced_elements == 3
+    assert own.nodes[0].is_output and own.nodes[0].output_spec
+    assert all(n.num_produced_elements == 0 for i, n in own.nodes.items() if i)  # kernel stages
+    assert "Execution Summary" not in caplog.text
 
 
 def test_summary_in_debug_mode_has_every_stage(debug_mode):
