@@ -129,7 +129,7 @@ def mix_chunk(
             (g,) = inflight.values()
             out = list(g[:bound])
         else:
-            take = [None] * len(parents)
+            take: list[Any] = [None] * len(parents)
             for d, g in inflight.items():
                 take[d] = iter(g).__next__
             out = list(map(operator.call, map(take.__getitem__, picked)))
