@@ -17,7 +17,6 @@ import dataclasses
 import multiprocessing as mp
 import os
 import pickle
-import select
 import signal
 import struct
 import sys
@@ -29,6 +28,7 @@ from grain_core import tree
 from grain_core.runtime import shm
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import Consumed, Elements, Mark
+from grain_core.runtime.waiting import Poller
 from grain_core.runtime.worker import WorkerLoop
 
 __all__ = [
@@ -113,8 +113,11 @@ class _WorkerEndpoint:
         self.sent_messages = 0
         self.lock = threading.Lock()
         self.consumer_pid = boot.consumer_pid
-        self.conn_fd = boot.conn.fileno()
         self.credit_fd = boot.credits.fileno()
+        # Both pipes, waited on together for every command (grain_core.runtime.waiting).
+        self.poller = Poller()
+        self.conn_key = self.poller.register(boot.conn)
+        self.credit_key = self.poller.register(boot.credits)
         os.set_blocking(self.credit_fd, False)
         self.credits_in: collections.deque[Consumed] = collections.deque()
         self.partial = b""
@@ -158,14 +161,13 @@ class _WorkerEndpoint:
         if self.credits_in:
             return self.credits_in.popleft()
         conn = self.conn
-        fds = [self.conn_fd, self.credit_fd]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select(fds, [], [], min(left, 0.5))
-            if self.credit_fd in ready:
+            ready = self.poller.wait(min(left, 0.5))
+            if self.credit_key in ready:
                 self._read_credits()
-            if self.conn_fd in ready:
+            if self.conn_key in ready:
                 return conn.recv()
             if self.credits_in:
                 return self.credits_in.popleft()

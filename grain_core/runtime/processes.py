@@ -28,6 +28,8 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   and starting a pool unlinks those of dead consumers (:func:`grain_core.runtime.shm.reclaim_stale`).
   Workers die with their consumer: a parent-death signal (Linux ``prctl``) and a watchdog thread
   that checks the consumer's pid. ``close()``, garbage collection and interpreter exit stop them.
+* Every wait on a pipe, socket or worker sentinel goes through :mod:`grain_core.runtime.waiting`
+  (portable, and always with a timeout); the in-process wake-ups are socket pairs.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
-import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -57,6 +59,7 @@ from grain_core.runtime.process_worker import (
     worker_main,
 )
 from grain_core.runtime.transport import WorkerLostError
+from grain_core.runtime.waiting import Poller
 
 __all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV", "default_start_method"]
 
@@ -163,13 +166,18 @@ class ProcessPool:
         self._reader = shm.MessageReader()
         self._closed = False
         self._close_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()  # consumer -> I/O thread: something to send
-        os.set_blocking(self._wake_w, False)
+        # Wake-up channels inside this process: socket pairs, waitable on every platform
+        # (grain_core.runtime.waiting); never blocking.
+        self._wake_r, self._wake_w = socket.socketpair()  # consumer -> I/O thread: to send
+        self._wake_w.setblocking(False)
+        self._wake_r.setblocking(False)
         self._wake_pending = False
-        self._ready_r, self._ready_w = os.pipe()  # I/O thread -> consumer: a message arrived
+        self._ready_r, self._ready_w = socket.socketpair()  # I/O thread -> consumer: arrived
         self._consumer_waiting = False
-        os.set_blocking(self._ready_r, False)
-        os.set_blocking(self._ready_w, False)
+        self._ready_r.setblocking(False)
+        self._ready_w.setblocking(False)
+        self._ready_poller = Poller()  # the consumer's thread waits on it (wait_ready)
+        self._ready_poller.register(self._ready_r)
         self._warned = False
         use_shm = shm.AVAILABLE  # no POSIX shared memory (Windows): pickled through the pipes
         if use_shm:
@@ -244,16 +252,16 @@ class ProcessPool:
             return  # the I/O thread has not read the last wake-up yet: it will see this too
         self._wake_pending = True
         try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+        except OSError:  # full (BlockingIOError) or closed
             pass
 
     def _signal_ready(self, always: bool = True) -> None:
         if not always and not self._consumer_waiting:
             return  # the consumer looks at its inbox before it waits (see wait_ready)
         try:
-            os.write(self._ready_w, b"\0")
-        except (BlockingIOError, OSError):
+            self._ready_w.send(b"\0")
+        except OSError:  # full (BlockingIOError) or closed
             pass
 
     def wait_ready(self, ch: _ProcessChannel, timeout: float) -> None:
@@ -264,9 +272,8 @@ class ProcessPool:
         try:
             if ch.inbox or ch.lost is not None:
                 return
-            r, _, _ = select.select([self._ready_r], [], [], timeout)
-            if r:
-                os.read(self._ready_r, 65536)
+            if self._ready_poller.wait(timeout):
+                self._ready_r.recv(65536)
         except (BlockingIOError, OSError, ValueError):
             pass
         finally:
@@ -275,15 +282,14 @@ class ProcessPool:
     # --- the I/O thread ----------------------------------------------------------------------------
 
     def _io_loop(self) -> None:
-        # One poll object for the thread's life (a selector built per wait cost more than the
-        # read it waited for); a lost worker's descriptors are unregistered.
-        poller = select.poll()
-        poller.register(self._wake_r, select.POLLIN)
+        # One poller for the thread's life (grain_core.runtime.waiting: a selector built per wait
+        # cost more than the read it waited for); a lost worker's pipe and sentinel are removed.
+        poller = Poller()
+        wake = poller.register(self._wake_r)
         by_fd: dict[int, tuple[bool, _ProcessChannel]] = {}  # fd -> (is the pipe, channel)
         for c in self.channels:
-            for fd, is_pipe in ((c.conn.fileno(), True), (c.proc.sentinel, False)):
-                poller.register(fd, select.POLLIN)
-                by_fd[fd] = (is_pipe, c)
+            for obj, is_pipe in ((c.conn, True), (c.proc.sentinel, False)):
+                by_fd[poller.register(obj)] = (is_pipe, c)
         while not self._closed:
             self._flush()
             for fd, (_, c) in list(by_fd.items()):
@@ -291,17 +297,17 @@ class ProcessPool:
                     poller.unregister(fd)
                     del by_fd[fd]
             try:
-                ready = poller.poll(200)
+                ready = poller.wait(0.2)
             except OSError:
                 if self._closed:
                     return
                 raise
             if self._closed:
                 return
-            for fd, _ in ready:
-                if fd == self._wake_r:
+            for fd in ready:
+                if fd == wake:
                     try:
-                        os.read(self._wake_r, 4096)
+                        self._wake_r.recv(4096)
                     except OSError:
                         pass
                     # After draining, before flushing: a wake() that still saw the flag set
@@ -441,9 +447,9 @@ class ProcessPool:
                 pass
         self._reader.close()
         shm.sweep(self.prefix)
-        for fd in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
+        for sock in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
             try:
-                os.close(fd)
+                sock.close()
             except OSError:
                 pass
 
