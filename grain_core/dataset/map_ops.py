@@ -54,6 +54,11 @@ class SourceMapDataset(MapDataset):
         self._source = source
         self._len = len(source)
         self._bulk = getattr(source, "__getitems__", None)
+        # A source that declares ``getitems_takes_arrays`` gets its keys as one int64 array (no
+        # list of Python ints built here for it to turn back into an array).
+        self._bulk_arrays = self._bulk is not None and bool(
+            getattr(source, "getitems_takes_arrays", False)
+        )
 
     @property
     def source(self) -> Any:
@@ -80,9 +85,12 @@ class SourceMapDataset(MapDataset):
                 raise self._empty()
             return []
         if type(indices) is range and indices.step == 1 and 0 <= indices.start <= indices.stop <= self._len:
-            keys = list(indices)  # consecutive and in range (to_iter_dataset's reads): no modulo
+            # consecutive and in range (to_iter_dataset's reads): no modulo
+            keys = _index_array(indices) if self._bulk_arrays else list(indices)
         else:
-            keys = (_index_array(indices) % self._len).tolist()
+            keys = _index_array(indices) % self._len
+            if not self._bulk_arrays:
+                keys = keys.tolist()
         if self._bulk is not None:
             return list(self._bulk(keys))
         src = self._source
@@ -101,7 +109,7 @@ class SourceMapDataset(MapDataset):
         start, stop = even_split(len(original), sl.start or 0, sl.step or 1)
         self._source = _Block(original, start, stop)
         self._len = stop - start
-        self._bulk = self._source.__getitems__
+        self._bulk, self._bulk_arrays = self._source.__getitems__, False
 
 
 class _Block:

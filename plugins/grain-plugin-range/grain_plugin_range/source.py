@@ -14,6 +14,10 @@ from grain_core.author import check_indices
 class RangeDataSource(grain.sources.RandomAccessDataSource[int]):
     """The integers of ``range(start, stop, step)`` as a random-access source."""
 
+    #: ``__getitems__`` reads an int64 key array as it is (``MapDataset.source`` then hands it
+    #: one instead of a list of Python ints).
+    getitems_takes_arrays = True
+
     def __init__(self, start: int, stop: int, step: int = 1):
         self._range = range(operator.index(start), operator.index(stop), operator.index(step))
 
