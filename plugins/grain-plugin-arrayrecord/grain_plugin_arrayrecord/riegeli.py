@@ -50,13 +50,23 @@ try:  # highwayhash-cffi: HighwayHash's reference C code
     from highwayhash import highwayhash_64 as _highwayhash_64
 except ImportError:  # pragma: no cover - exercised where the package is not installed
     _highwayhash_64 = None
+try:  # its cffi module, called directly with a key built once (the wrapper builds one per call)
+    from highwayhash._highwayhash import ffi as _hh_ffi
+    from highwayhash._highwayhash import lib as _hh_lib
+
+    _HH_KEY = _hh_ffi.new("uint64_t[4]", list(struct.unpack("<4Q", _HASH_KEY)))
+except ImportError:  # pragma: no cover
+    _hh_lib = None
 
 #: Whether chunk hashes are verified (the ``highwayhash`` module of ``highwayhash-cffi`` imports).
 VERIFIES_HASHES = _highwayhash_64 is not None
 
 
-def highwayhash64(data: bytes) -> int:
+def highwayhash64(data: bytes | memoryview) -> int:
     """Riegeli's 64-bit HighwayHash of ``data``; needs :data:`VERIFIES_HASHES`."""
+    if _hh_lib is not None:
+        buf = _hh_ffi.from_buffer(data)
+        return int(_hh_lib.HighwayHash64(buf, len(buf), _HH_KEY))
     if _highwayhash_64 is None:
         raise RuntimeError("HighwayHash is not installed: pip install highwayhash-cffi")
     return int.from_bytes(_highwayhash_64(_HASH_KEY, bytes(data)), sys.byteorder)
@@ -125,6 +135,8 @@ def strip_block_headers(data: bytes | memoryview, begin: int) -> bytes:
 
 def read_varint(buf: bytes | memoryview, pos: int, path: str, offset: int) -> tuple[int, int]:
     """``(value, next position)`` of the varint64 at ``buf[pos]``."""
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte: the common case (sizes below 128)
+        return buf[pos], pos + 1
     value = shift = 0
     for i in range(pos, min(pos + 10, len(buf))):
         byte = buf[i]
