@@ -212,6 +212,7 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
         "ThreadPrefetchIterDataset": _EXP + "ThreadPrefetchIterDataset",
         "ThreadPrefetchDatasetIterator": _EXP + "ThreadPrefetchDatasetIterator",
         "multithread_prefetch": _EXP + "multithread_prefetch",
+        "MultiprocessPrefetchIterDataset": _EXP + "MultiprocessPrefetchIterDataset",
     },
     _tr("rebatch"): {"RebatchIterDataset": _EXP + "RebatchIterDataset"},
     _tr("repeat"): {
@@ -244,9 +245,14 @@ OLDER_GRAIN_PATHS: dict[str, str] = {
 }
 
 #: Names that older Grain releases had at a path and 0.2.18 moved (public code still imports them
-#: there): ``RandomAccessDataSource`` lived in ``data_sources`` before ``dataset.base``.
+#: there): ``RandomAccessDataSource`` lived in ``data_sources`` before ``dataset.base``;
+#: ``MultiprocessPrefetchIterDataset`` (what ``mp_prefetch`` returns; axlearn checks
+#: ``isinstance`` against it) lived in ``transformations.prefetch``.
 OLDER_GRAIN_NAMES: frozenset[tuple[str, str]] = frozenset(
-    {("grain._src.python.data_sources", "RandomAccessDataSource")}
+    {
+        ("grain._src.python.data_sources", "RandomAccessDataSource"),
+        (_tr("prefetch"), "MultiprocessPrefetchIterDataset"),
+    }
 )
 
 

@@ -198,3 +198,15 @@ def test_custom_iterator_sees_its_worker_in_mp_context(tmp_path):
     proc = run_aliased([str(SCRIPTS / "worker_context.py"), str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == RECORDED["scripts"]["worker_context"]
+
+
+def test_older_multiprocess_prefetch_name_is_what_mp_prefetch_returns():
+    """axlearn checks ``isinstance(ds, MultiprocessPrefetchIterDataset)`` with the class imported
+    from Grain's ``transformations.prefetch`` (where older Grain releases had it)."""
+    import grain_core as grain
+
+    path = "grain._src.python.dataset.transformations.prefetch"
+    cls = private_paths.resolve(path, "MultiprocessPrefetchIterDataset")
+    ds = grain.MapDataset.range(4).to_iter_dataset()
+    assert isinstance(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)), cls)
+    assert not isinstance(ds, cls)
