@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.__main__",
             "grain_core.cli",
             "grain_core.cli.*",
-            "grain_core.runtime._preload",
+            "grain_core._forkserver_preload",
             "grain_core.compat.__main__",
         ),
     ),

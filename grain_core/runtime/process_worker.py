@@ -40,7 +40,7 @@ __all__ = [
     "worker_main",
 ]
 
-SYS_PATH_ENV = "_GRAIN_CORE_FORKSERVER_SYS_PATH"  # read (and removed) by runtime._preload
+SYS_PATH_ENV = "_GRAIN_CORE_FORKSERVER_SYS_PATH"  # read (and removed) by grain_core._forkserver_preload
 _WATCHDOG_SECONDS = 0.25
 
 

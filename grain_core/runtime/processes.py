@@ -64,7 +64,7 @@ from grain_core.runtime.waiting import Poller
 __all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV", "default_start_method"]
 
 START_METHOD_ENV = "GRAIN_CORE_MP_START_METHOD"
-_PRELOAD = ("grain_core.runtime._preload",)
+_PRELOAD = ("grain_core._forkserver_preload",)
 _STOP_GRACE_SECONDS = 0.5
 _forkserver_lock = threading.Lock()
 

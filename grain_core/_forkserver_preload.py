@@ -1,6 +1,8 @@
-"""Imported once by the forkserver: the consumer's ``sys.path`` applied (the forkserver starts with
-``PYTHONSAFEPATH=1``, so the working directory was not on its path), then heavy imports and plugin
-discovery done before any worker forks, so a worker starts in milliseconds. Workers re-run discovery
+"""Imported once by the forkserver of the ``"processes"`` runtime: the consumer's ``sys.path``
+applied (the forkserver starts with ``PYTHONSAFEPATH=1``, so the working directory was not on its
+path), then heavy imports and plugin discovery done before any worker forks, so a worker starts in
+milliseconds. An entry point: it imports the whole package, so it lives outside
+``grain_core/runtime/`` (which ``grain_core`` itself imports). Workers re-run discovery
 when their ``GRAIN_CORE_*`` environment differs from the one discovery ran with here."""
 
 from __future__ import annotations
