@@ -10,6 +10,11 @@ Statistics are off unless asked for, and off costs nothing: no flag is checked o
         next(it)
     print(it.stats())                   # or stats.collect(it); a table, slowest stage named
 
+Stages take part through the public statistics hooks of ``DatasetIterator``: ``buffer_fill()`` (a
+stage with a read-ahead buffer says how full it is; sampled before each element) and
+``worker_stats()`` (a stage whose parents run in worker processes returns their reports). Nothing is
+read from a stage's private attributes.
+
 How it works: every stage is given a subclass of its own class whose ``__next__`` (iterators) or
 ``__getitems__`` / ``element_at`` (``MapDataset`` stages read by ``to_iter_dataset``) records the time
 spent and the elements produced. ``MapDataset`` stages are shallow-copied before that, so the dataset
@@ -30,10 +35,8 @@ mean (not the sum) of its workers' output-stage times: waiting for workers that 
 
 from __future__ import annotations
 
-import collections
 import copy
 import dataclasses
-import queue
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -308,46 +311,24 @@ def _swap_class(obj: Any, namespace: dict[str, Any]) -> bool:
 
 
 def _buffer_probe(it: Any) -> Any:
-    """A function returning the fill fraction of ``it``'s prefetch buffer, or None if it has none."""
-    attrs = getattr(it, "__dict__", {})
-    capacity = None
-    ro = attrs.get("_read_options")
-    if ro is not None:
-        capacity = getattr(ro, "prefetch_buffer_size", None)
-    for name in ("_buffer", "_queue", "_prefetch_buffer", "_buffer_queue"):
-        buf = attrs.get(name)
-        if isinstance(buf, collections.deque):
-            if capacity:
-                cap = max(int(capacity), 1)
+    """``it.buffer_fill`` where the stage declares a buffer (it overrides
+    ``DatasetIterator.buffer_fill``), else None."""
+    from grain_core.dataset.iterator import DatasetIterator
 
-                def fill(buf=buf, cap=cap, name=name):
-                    b = getattr(it, name, buf)
-                    n = 0
-                    for entry in b:
-                        if isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], int):
-                            n += entry[1] - entry[0]  # (start, stop, future) chunks
-                        else:
-                            n += 1
-                    return min(1.0, n / cap)
-
-                return fill
-            if buf.maxlen:
-                return lambda buf=buf, name=name: len(getattr(it, name, buf)) / buf.maxlen  # type: ignore[arg-type]
-        if isinstance(buf, queue.Queue) and buf.maxsize:
-            return lambda buf=buf: buf.qsize() / buf.maxsize
-    return None
+    if not isinstance(it, DatasetIterator) or type(it).buffer_fill is DatasetIterator.buffer_fill:
+        return None
+    return it.buffer_fill
 
 
 def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
     if id(it) in seen:
         return seen[id(it)]
-    rec = _Record(_label(getattr(it, "_stats_dataset", None) or it), "iter")
+    rec = _Record(_label(it), "iter")
     seen[id(it)] = rec
     rec.buffer = _buffer_probe(it)
-    from grain_core.runtime.api import RoundRobinConsumer
-
-    if isinstance(it, RoundRobinConsumer) and it.worker_stats() is not None:
-        rec.remote = it.worker_stats  # the runtime API's statistics hook
+    worker_stats = getattr(it, "worker_stats", None)  # the hook (DatasetIterator.worker_stats)
+    if worker_stats is not None and worker_stats() is not None:
+        rec.remote = worker_stats
     orig = type(it).__next__
     probe = rec.buffer
 
@@ -367,10 +348,12 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
 
         def __next__(self, _orig=orig, _rec=rec, _probe=probe):  # type: ignore[misc]
             try:
-                _rec.fill_sum += _probe()
-                _rec.fill_n += 1
+                fill = _probe()
             except Exception:
-                pass
+                fill = None
+            if fill is not None:
+                _rec.fill_sum += fill
+                _rec.fill_n += 1
             t0 = _perf()
             try:
                 x = _orig(self)

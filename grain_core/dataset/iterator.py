@@ -167,6 +167,20 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
             cls.set_state = atomic_set_state(own)  # type: ignore[method-assign,assignment]
         guard_class(cls, _GUARDED)  # one thread at a time (grain_core.dataset.concurrency)
 
+    def buffer_fill(self) -> float | None:
+        """Statistics hook: the fraction (0 to 1) of this iterator's read-ahead buffer that holds
+        elements now, or ``None`` (the default) for a stage without one. :mod:`grain_core.stats`
+        samples it before each element (``StageStats.buffer_fill`` is the mean); it must be cheap,
+        never block and change nothing."""
+        return None
+
+    def worker_stats(self) -> list[Any] | None:
+        """Statistics hook of a stage whose parents run elsewhere (``mp_prefetch``): the latest
+        report of each worker (``None`` for one that has not reported), from iterators built with
+        :func:`grain_core.stats.worker_iterator`; ``None`` (the default) when its parents are
+        measured here. :mod:`grain_core.stats` shows the reports under this stage."""
+        return None
+
     def start_prefetch(self) -> None:
         """Starts producing elements in the background, where the iterator can (else a no-op)."""
         for p in self._parents:

@@ -538,6 +538,14 @@ class PrefetchDatasetIterator(DatasetIterator):
                 fut.cancel()
         self._buffer.clear()
 
+    def buffer_fill(self) -> float | None:
+        """The elements of the chunks read ahead (in flight or ready) over ``prefetch_buffer_size``;
+        ``None`` without threads or buffer (statistics hook)."""
+        if self._sync:
+            return None
+        n = sum(stop - start for start, stop, _, _ in tuple(self._buffer))
+        return min(1.0, n / max(int(self._read_options.prefetch_buffer_size), 1))
+
     def close(self) -> None:
         if self._closed:
             return
