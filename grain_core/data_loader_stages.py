@@ -87,6 +87,12 @@ class _SamplerSourceMapDataset(MapDataset):
         )
         self._bulk = getattr(source, "__getitems__", None)
         self._keys = getattr(sampler, "record_keys", None)
+        # As MapDataset.source: keys as one int64 array for a source declaring it reads them so.
+        self._bulk_arrays = (
+            self._bulk is not None
+            and self._keys is not None
+            and bool(getattr(source, "getitems_takes_arrays", False))
+        )
 
     def __len__(self) -> int:
         return self._len
@@ -110,7 +116,11 @@ class _SamplerSourceMapDataset(MapDataset):
             return []
         if self._len == 0:
             raise IndexError("The sampler has no positions.")
-        keys = self._record_keys(np.asarray(indices, dtype=np.int64) % self._len)
+        positions = np.asarray(indices, dtype=np.int64) % self._len
+        if self._bulk_arrays:
+            keys = self._keys(_sampler_index(positions, self._shards))
+            return list(self._bulk(np.asarray(keys, dtype=np.int64)))
+        keys = self._record_keys(positions)
         if self._bulk is not None:
             return list(self._bulk(keys))
         src = self._source

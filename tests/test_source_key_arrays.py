@@ -64,3 +64,25 @@ def test_range_data_source_declares_it():
     assert grain.sources.RangeDataSource(0, 4, 1).getitems_takes_arrays is True
     ds = grain.MapDataset.source(grain.sources.RangeDataSource(2, 20, 3))
     assert ds.__getitems__(np.array([0, 5, 6])) == [2, 17, 2]
+
+
+def _load(source):
+    sampler = grain.samplers.IndexSampler(
+        num_records=len(source), shuffle=True, seed=1, num_epochs=1,
+        shard_options=grain.sharding.NoSharding(),
+    )
+    loader = grain.DataLoader(
+        data_source=source,
+        sampler=sampler,
+        operations=[grain.transforms.Batch(4)],
+        worker_count=0,
+        read_options=grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
+    )
+    return [b.tolist() for b in loader]
+
+
+def test_the_data_loader_hands_arrays_to_a_source_that_declares_it():
+    plain, arrays = _Recording(30), _TakesArrays(30)
+    assert _load(arrays) == _load(plain)
+    assert arrays.calls and set(arrays.calls) == {np.ndarray}
+    assert plain.calls and set(plain.calls) == {list}
