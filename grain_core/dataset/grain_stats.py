@@ -60,6 +60,15 @@ class Stats:
     def record_bytes_produced(self, element: Any) -> Any:
         return element
 
+    def record_output_spec_for_batch(self, elements: Sequence[Any]) -> Sequence[Any]:
+        """Records the spec of the first element of ``elements`` that is not None (a bulk read's
+        result); returns ``elements`` unchanged."""
+        for element in elements or ():
+            if element is not None:
+                self.record_output_spec(element)
+                break
+        return elements
+
     def report(self) -> None:
         """Grain reports collected statistics here; grain_core's are always up to date."""
 

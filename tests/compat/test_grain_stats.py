@@ -89,6 +89,11 @@ def test_record_self_time_counts_num_elements_and_offset(debug_mode):
     assert stats.num_produced_elements == 4
     assert stats.total_processing_time_ns >= 10**9
     assert stats.min_processing_time_ns >= 10**9 // 4
+    batch = [None, {"x": 1}, {"x": 2}]
+    assert stats.record_output_spec_for_batch(batch) is batch
+    assert stats.output_spec is not None
+    plain = grain_stats.Stats()
+    assert plain.record_output_spec_for_batch(batch) is batch and plain.output_spec is None
 
 
 def _find(it, cls):
