@@ -199,6 +199,13 @@ class DataLoader:
         return self._read_options
 
     @property
+    def _multiprocessing_options(self) -> MultiprocessingOptions:
+        """Grain's private name of :attr:`multiprocessing_options` (Keras's Grain adapter rebuilds
+        a loader from ``_data_source``, ``_sampler``, ``_operations``, this, ``_shard_options``
+        and ``_read_options``, which hold what Grain's do)."""
+        return self._mp_options
+
+    @property
     def dataset(self) -> IterDataset:
         """The ``IterDataset`` pipeline this loader runs."""
         return self._dataset

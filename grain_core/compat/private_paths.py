@@ -120,6 +120,7 @@ PRIVATE_PATHS: dict[str, dict[str, str]] = {
     },
     "grain._src.python.ipc.shared_memory_array": {
         "SharedMemoryArray": "grain_core.multiprocessing:SharedMemoryArray",
+        "SharedMemoryArrayMetadata": "grain_core.multiprocessing:SharedMemoryArrayMetadata",
     },
     "grain._src.python.testing.experimental": {
         "assert_equal_output_after_checkpoint": "grain_core.testing:assert_equal_output_after_checkpoint",

@@ -210,3 +210,11 @@ def test_older_multiprocess_prefetch_name_is_what_mp_prefetch_returns():
     ds = grain.MapDataset.range(4).to_iter_dataset()
     assert isinstance(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)), cls)
     assert not isinstance(ds, cls)
+
+
+def test_keras_style_loader_rebuild_gives_grains_output(tmp_path):
+    """Keras's Grain adapter imports SharedMemoryArrayMetadata from Grain's private module and
+    rebuilds a DataLoader from its private attributes (``_multiprocessing_options``, ...)."""
+    proc = run_aliased([str(SCRIPTS / "keras_style_loader.py"), str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == RECORDED["scripts"]["keras_style_loader"]
