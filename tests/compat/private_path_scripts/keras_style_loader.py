@@ -2,14 +2,16 @@
 Grain's private shared-memory module and rebuilds a ``DataLoader`` from the loader's private
 attributes (``_data_source``, ``_sampler``, ``_operations``, ``_multiprocessing_options``,
 ``_shard_options``, ``_read_options``) with one more operation appended. Our own code, the same
-calls. Run with google grain (the recorder) or through ``python -m grain_core.compat run``; prints
-one JSON object.
+calls; it also wraps datasets in Grain's ``MapMapDataset`` / ``MapIterDataset`` directly. Run
+with google grain (the recorder) or through ``python -m grain_core.compat run``; prints one JSON
+object.
 """
 
 import json
 
 import grain
 import numpy as np
+from grain._src.python.dataset.transformations import map as map_ds
 from grain._src.python.ipc.shared_memory_array import SharedMemoryArrayMetadata
 
 
@@ -54,7 +56,14 @@ def main() -> dict:
         worker_count=0,
     )
     rebuilt = rebuild(loader, [ToNumpy(), grain.transforms.Batch(batch_size=2)])
+    batch_ops = [op for op in rebuilt._operations if isinstance(op, grain.transforms.Batch)]
+    # The adapter wraps datasets in Grain's map stages directly.
+    mapped = map_ds.MapMapDataset(grain.MapDataset.range(5).shuffle(seed=2), AddOne())
+    iter_mapped = map_ds.MapIterDataset(mapped.to_iter_dataset().batch(2), ToNumpy())
     return {
+        "batch_op": [batch_ops[-1].batch_size, batch_ops[-1].drop_remainder],
+        "map_map": [int(mapped[i]) for i in range(len(mapped))],
+        "map_iter": [b.tolist() for b in iter_mapped],
         "original": [int(x) for x in loader],
         "rebuilt": [b.tolist() for b in rebuilt],
         "options": [
