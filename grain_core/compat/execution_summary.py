@@ -19,8 +19,10 @@ here. Contract:
     :mod:`grain_core.stats` measured them, the stages run in ``mp_prefetch`` workers included
     (their counts summed over the workers). ``total_processing_time_ns`` is the stage's self time;
     grain_core keeps no per-element extremes, so ``min`` and ``max`` are the mean per element.
-    Where a custom stage records through ``self._stats`` (:mod:`grain_core.dataset.grain_stats`),
-    its node's ``output_spec`` and bytes are those records.
+    When the output iterator itself records through ``self._stats`` (a custom stage; see
+    :mod:`grain_core.dataset.grain_stats`), node 0's ``output_spec`` and bytes are its records;
+    the other nodes' are empty (``get_execution_summary`` of an inner custom iterator gives its
+    own records).
   - Otherwise, when the iterator's ``_stats`` records (an iterator inside such a pipeline), the
     nodes are the tree of ``_stats`` objects, with what each stage recorded through them (stages
     of grain_core record nothing there).
