@@ -7,7 +7,8 @@ Setup: 4 files of ``RECORDS_PER_FILE`` records of 1 KiB (``group_size:1``), serv
 ``latency`` before it is answered, in its own thread, like a network round trip). Every row runs in
 a fresh child process (``--row``), reads one epoch in a shuffled order, ``BATCH`` indices per
 ``__getitems__`` call, and reports records/s, the child's peak RSS above its RSS before reading
-(index and caches included) and the number of HTTP requests the server answered. The timed part
+(index and caches included), the number of HTTP requests the server answered, and the CPU seconds
+of the reading process (all threads) and of the server during the row. The timed part
 starts after the imports (fsspec's HTTP filesystem and aiohttp are imported first) and includes
 opening the files and reading their indexes.
 
@@ -88,6 +89,7 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
         import fsspec.implementations.http  # noqa: F401
 
     base = _rss_mb()
+    cpu0 = _cpu_s(os.getpid())
     t0 = time.perf_counter()
     if row == "local":
         src = ArrayRecordDataSource([os.path.join(local_dir, n) for n in names])
@@ -123,7 +125,15 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert got == FILES * RECORDS_PER_FILE, got
-    return {"rate": got / seconds, "seconds": seconds, "peak_mb": peak - base}
+    cpu = _cpu_s(os.getpid()) - cpu0
+    return {"rate": got / seconds, "seconds": seconds, "peak_mb": peak - base, "cpu_s": cpu}
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _serve(directory: Path, latency: float) -> tuple[subprocess.Popen, str]:
@@ -141,25 +151,28 @@ def _serve(directory: Path, latency: float) -> tuple[subprocess.Popen, str]:
 
 
 def _stop(proc: subprocess.Popen) -> int:
-    """Stops the server; returns the requests it answered."""
+    """Stops the server; returns the requests it answered (its CPU time is read before)."""
     out, _ = proc.communicate(input="", timeout=30)
     words = out.split()
     return int(words[-1]) if len(words) >= 2 and words[-2] == "requests" else -1
 
 
 def remote_report() -> None:
-    """Prints records/s, peak memory and requests for each row and latency."""
+    """Prints records/s, peak memory, requests and CPU seconds (the reading process's, all its
+    threads; the server's while the row ran) for each row and latency. On a shared machine the
+    rate depends on the CPU share the two processes get; the CPU seconds much less."""
     d = scratch_dir("bench_remote_")
     _write(d)
     print(
         f"{'remote ArrayRecord: shuffled epoch, 4 x 8192 x 1 KiB, group_size:1':<66} "
-        f"{'records/s':>10} {'peak MB':>8} {'requests':>9}"
+        f"{'records/s':>10} {'peak MB':>8} {'requests':>9} {'CPU s':>6} {'server':>6}"
     )
     for latency in LATENCIES:
         for row in ("remote", "remote, 4 threads", "remote, pipeline", "download + local", "local"):
             if row == "local" and latency != LATENCIES[0]:
                 continue
             proc, url = _serve(d, latency)
+            server0 = _cpu_s(proc.pid)
             try:
                 out = subprocess.run(
                     [sys.executable, __file__, "--row", row, "--url", url, "--dir", str(d)],
@@ -168,13 +181,18 @@ def remote_report() -> None:
                     timeout=600,
                 )
             finally:
+                server = _cpu_s(proc.pid) - server0
                 requests = _stop(proc)
             if out.returncode:
                 print(f"{row}: failed\n{out.stderr[-2000:]}")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             label = f"{row} ({latency * 1000:.0f} ms/request)" if row != "local" else row
-            print(f"  {label:<64} {r['rate']:>10,.0f} {r['peak_mb']:>8.0f} {requests:>9}", flush=True)
+            print(
+                f"  {label:<64} {r['rate']:>10,.0f} {r['peak_mb']:>8.0f} {requests:>9} "
+                f"{r['cpu_s']:>6.1f} {server:>6.1f}",
+                flush=True,
+            )
 
 
 WORKLOADS: list = []
