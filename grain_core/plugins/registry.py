@@ -233,12 +233,15 @@ class Discovery:
     ) -> None:
         """Loads the kernel's built-in plugins, then the entry points (those the environment
         selects), then the explicit plugins."""
-        for plugin, name in builtins:
-            # A failure here is a kernel bug: it is raised, never skipped with a warning.
-            self._add(plugin, PluginInfo(name, "", "", "", BUILTIN_STATUS, reason="part of grain_core"))
+        self.load_builtins(builtins)
         self._load_entry_points()
         for plugin, name in explicit:
             self._try_add(plugin, PluginInfo(name, "", "", "", "registered"))
+
+    def load_builtins(self, builtins: Sequence[tuple[Any, str]]) -> None:
+        """Loads the kernel's built-in plugins (a failure is a kernel bug: raised, never skipped)."""
+        for plugin, name in builtins:
+            self._add(plugin, PluginInfo(name, "", "", "", BUILTIN_STATUS, reason="part of grain_core"))
 
     def _load_entry_points(self) -> None:
         autoload = not _truthy(os.environ.get(ENV_DISABLE_AUTOLOAD))
@@ -467,6 +470,8 @@ class Registry:
         self._explicit: list[tuple[Any, str]] = []
         self._builtin: list[tuple[Any, str]] = []
         self._current = Discovery()
+        # What the built-in plugins provide, found without scanning the installed plugins.
+        self._builtin_provided: dict[tuple[str, str], Provided] | None = None
 
     def ensure_loaded(self) -> Discovery:
         """Runs discovery if it has not run since the last change; returns the current result."""
@@ -493,7 +498,26 @@ class Registry:
         return self.ensure_loaded().provided
 
     def lookup(self, namespace: str, name: str, where: str) -> Any:
+        # A built-in plugin's name is found without discovering the installed plugins: no other
+        # plugin can take it, so discovery would return the same object (mp_prefetch's default
+        # "processes" runtime costs no scan of the installed distributions, as before it was a
+        # plugin).
+        if not self._loaded:
+            item = self._builtins_only().get((namespace, name))
+            if item is not None:
+                return item.obj
         return self.ensure_loaded().lookup(namespace, name, where)
+
+    def _builtins_only(self) -> dict[tuple[str, str], Provided]:
+        provided = self._builtin_provided
+        if provided is None:
+            with self._lock:
+                if self._builtin_provided is None:
+                    discovery = Discovery()
+                    discovery.load_builtins(list(self._builtin))
+                    self._builtin_provided = discovery.provided
+                provided = self._builtin_provided
+        return provided
 
     def names(self, namespace: str) -> list[str]:
         return self.ensure_loaded().names(namespace)
@@ -525,6 +549,7 @@ class Registry:
             if any(n == name for _, n in self._builtin):
                 return
             self._builtin.append((plugin, name))
+            self._builtin_provided = None
             self._loaded = False
 
     def unregister(self, name: str) -> None:

@@ -188,6 +188,26 @@ def test_processes_is_registered_through_the_register_runtimes_hook(fresh_plugin
     assert reg.lookup("runtimes", "processes", "test") is ProcessRuntime
 
 
+def test_the_kernels_runtime_needs_no_discovery_of_installed_plugins(fresh_plugins, monkeypatch):
+    """``mp_prefetch``'s default runtime is found among the built-in plugins alone: a broken
+    plugin (here one that would take "processes", fatal in strict mode) does not stop it, while
+    the discovery that ``list_plugins`` runs reports it."""
+    from grain_core.runtime import multiprocess
+
+    monkeypatch.setenv(plugins.ENV_DISABLE_AUTOLOAD, "1")  # only the plugin registered here
+    monkeypatch.setenv(plugins.ENV_STRICT, "1")
+    mod = types.ModuleType("strict_squatter")
+    mod.register_runtimes = hookimpl(lambda register: register(ThreadRuntime, name="processes"))
+    plugins.register(mod)
+    try:
+        assert isinstance(multiprocess.resolve_runtime(None), ProcessRuntime)
+        assert isinstance(multiprocess.resolve_runtime("processes"), ProcessRuntime)
+        with pytest.raises(plugins.PluginError, match="cannot register the runtime 'processes'"):
+            plugins.list_plugins()
+    finally:
+        plugins.unregister("strict_squatter")
+
+
 def test_runtime_argument_is_checked_early():
     with pytest.raises(TypeError, match="start_workers"):
         _pipeline().mp_prefetch(_opts(2), runtime=object())
