@@ -54,7 +54,8 @@ def test_a_high_latency_source_gets_indices_in_bulk_with_threads(script):
     assert list(it) == list(range(n))
     it.close()
     later = src.sizes[len(src.sizes) // 4 :]  # past the ramp
-    # One element per call would be 6,000 calls; calls grow to tens or hundreds of elements.
+    # One element per call would be 6,000 calls (before: calls of 1 to 4 elements). Calls grow to
+    # one thread's share of the buffer (500 // 16 = 31) reading ahead, up to the buffer on demand.
     assert len(src.sizes) < n // 8, src.sizes
-    assert float(np.median(later)) >= 32, src.sizes
+    assert float(np.median(later)) >= 16, src.sizes
     assert max(src.sizes) <= grain.ReadOptions().prefetch_buffer_size
