@@ -22,3 +22,5 @@ One module per job, each imported on first use:
 
 See ``docs/runtime.md``.
 """
+
+from grain_core.runtime import elastic  # noqa: F401 -- keeps grain_core.runtime.elastic an attribute
