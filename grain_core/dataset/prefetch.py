@@ -16,6 +16,9 @@ about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
 unreturned rest of the chunk being consumed, and each chunk holds at most about ``CHUNK_BYTES``.
+Reading ahead queues a chunk only when the buffer has room for all of it, and at most ``2 x
+num_threads`` chunks: topping the buffer up by the few elements just consumed would keep every
+later chunk that small (a high-latency source would get one index per call).
 Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for is chosen by
 measuring both, end to end (``read_policy.ReadModePolicy``): reading ahead wins when reads release
 the GIL (I/O, large numpy work) or the consumer does; not reading ahead wins when reads are cheap
