@@ -1,7 +1,7 @@
 """Opt-in execution statistics: per-stage time, elements/s, prefetch buffer fill, the slowest stage.
 
-Statistics are off unless asked for, and off costs nothing: no flag is checked on the hot path.
-:func:`iter_with_stats` builds an instrumented copy of the pipeline instead of the plain one::
+Statistics are off unless asked for, and off costs one attribute read per ``next()`` (the check
+below). :func:`iter_with_stats` builds a measured iterator instead of the plain one::
 
     from grain_core import stats
 
@@ -15,10 +15,20 @@ stage with a read-ahead buffer says how full it is; sampled before each element)
 ``worker_stats()`` (a stage whose parents run in worker processes returns their reports). Nothing is
 read from a stage's private attributes.
 
-How it works: every stage is given a subclass of its own class whose ``__next__`` (iterators) or
-``__getitems__`` / ``element_at`` (``MapDataset`` stages read by ``to_iter_dataset``) records the time
-spent and the elements produced. ``MapDataset`` stages are shallow-copied before that, so the dataset
-you passed is not changed and plain ``iter(ds)`` on it stays uninstrumented.
+How times are taken (no class of any stage is changed or replaced):
+
+* Iterators: every ``DatasetIterator`` has the declared statistics hook ``stats_recorder``
+  (``None`` by default). The kernel wraps the ``__next__`` and ``next_chunk`` of every subclass
+  (kernel and plugin stages alike, :mod:`grain_core.dataset.concurrency`, the same wrapper that
+  enforces one thread at a time); the wrapper's outermost call goes through the recorder when one
+  is set (``recorder.timed_next(fn, it)`` / ``recorder.timed_chunk(fn, it, n)``), else straight to
+  the stage. :func:`iter_with_stats` builds ``iter(ds)`` and sets a recorder on each of its
+  iterators (walking ``parents``), so a stage needs no code of its own to be measured.
+* ``MapDataset`` stages read by ``to_iter_dataset``: stages read their parents through the element
+  hooks ``parent.element_at(i)`` / ``parent.__getitems__(indices)``. :func:`iter_with_stats` reads
+  a shallow copy of each such stage whose instance attribute ``element_at`` (or ``__getitems__``,
+  where the class reads in bulk) times the class's method. The dataset you passed is not changed
+  and plain ``iter(ds)`` on it stays unmeasured.
 
 Stages upstream of ``mp_prefetch`` run in its worker processes: there, each worker instruments its
 own copy of the pipeline the same way and sends its counters to the main process just before each
@@ -159,6 +169,41 @@ class _Record:
         self.buffer: Any = None  # fn() -> fill fraction, or None
         self.remote: Any = None  # fn() -> each worker's _flatten() report (or None), or None
 
+    # The recorder protocol of ``DatasetIterator.stats_recorder``, called by the kernel's wrapper
+    # of every ``__next__`` / ``next_chunk`` (grain_core.dataset.concurrency).
+
+    def timed_next(self, fn: Any, it: Any) -> Any:
+        """Runs ``fn(it)`` (the stage's own ``__next__``), recording its time and one element."""
+        probe = self.buffer
+        if probe is not None:
+            try:
+                fill = probe()
+            except Exception:
+                fill = None
+            if fill is not None:
+                self.fill_sum += fill
+                self.fill_n += 1
+        t0 = _perf()
+        try:
+            x = fn(it)
+        finally:
+            self.seconds += _perf() - t0
+            self.calls += 1
+        self.elements += 1
+        return x
+
+    def timed_chunk(self, fn: Any, it: Any, max_elements: int) -> Any:
+        """Runs ``fn(it, max_elements)`` (the stage's ``next_chunk``), recording its time and the
+        number of elements it returned."""
+        t0 = _perf()
+        try:
+            out = fn(it, max_elements)
+        finally:
+            self.seconds += _perf() - t0
+            self.calls += 1
+        self.elements += len(out)
+        return out
+
 
 class _Collector:
     def __init__(self, root: _Record):
@@ -294,22 +339,6 @@ def _label(obj: Any) -> str:
         return type(obj).__name__
 
 
-def _swap_class(obj: Any, namespace: dict[str, Any]) -> bool:
-    cls = type(obj)
-    ns = {
-        "__slots__": (),
-        "__module__": cls.__module__,
-        "__qualname__": cls.__qualname__,
-        "_grain_core_instrumented": True,
-        **namespace,
-    }
-    try:
-        obj.__class__ = type(cls.__name__, (cls,), ns)
-    except TypeError:
-        return False
-    return True
-
-
 def _buffer_probe(it: Any) -> Any:
     """``it.buffer_fill`` where the stage declares a buffer (it overrides
     ``DatasetIterator.buffer_fill``), else None."""
@@ -321,6 +350,8 @@ def _buffer_probe(it: Any) -> Any:
 
 
 def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
+    """Gives ``it`` and its parents (``parents``) a record each, set as their ``stats_recorder``:
+    the kernel's wrapper of ``__next__`` / ``next_chunk`` then times every call through it."""
     if id(it) in seen:
         return seen[id(it)]
     rec = _Record(_label(it), "iter")
@@ -329,95 +360,55 @@ def _instrument_iterator(it: Any, seen: dict[int, _Record]) -> _Record:
     worker_stats = getattr(it, "worker_stats", None)  # the hook (DatasetIterator.worker_stats)
     if worker_stats is not None and worker_stats() is not None:
         rec.remote = worker_stats
-    orig = type(it).__next__
-    probe = rec.buffer
-
-    if probe is None:
-
-        def __next__(self, _orig=orig, _rec=rec):
-            t0 = _perf()
-            try:
-                x = _orig(self)
-            finally:
-                _rec.seconds += _perf() - t0
-                _rec.calls += 1
-            _rec.elements += 1
-            return x
-
-    else:
-
-        def __next__(self, _orig=orig, _rec=rec, _probe=probe):  # type: ignore[misc]
-            try:
-                fill = _probe()
-            except Exception:
-                fill = None
-            if fill is not None:
-                _rec.fill_sum += fill
-                _rec.fill_n += 1
-            t0 = _perf()
-            try:
-                x = _orig(self)
-            finally:
-                _rec.seconds += _perf() - t0
-                _rec.calls += 1
-            _rec.elements += 1
-            return x
-
     from grain_core.dataset.iterator import DatasetIterator
 
-    ns: dict[str, Any] = {"__next__": __next__}
-    orig_chunk = type(it).next_chunk
-    if orig_chunk is not DatasetIterator.next_chunk:  # the chunk protocol: count its elements too
-
-        def next_chunk(self, max_elements, _orig=orig_chunk, _rec=rec):
-            t0 = _perf()
-            try:
-                out = _orig(self, max_elements)
-            finally:
-                _rec.seconds += _perf() - t0
-                _rec.calls += 1
-            _rec.elements += len(out)
-            return out
-
-        ns["next_chunk"] = next_chunk
-    _swap_class(it, ns)
+    if isinstance(it, DatasetIterator):
+        try:
+            it.stats_recorder = rec
+        except AttributeError:  # a stage with __slots__ and no stats_recorder slot: not timed
+            pass
     for p in getattr(it, "parents", ()) or ():
         rec.children.append(_instrument_iterator(p, seen))
     return rec
 
 
 def _instrument_map_dataset(ds: Any, rec: _Record) -> None:
+    """Times the element hook of ``ds`` (a copy made for statistics): an instance attribute
+    ``__getitems__`` (where the class reads in bulk) or ``element_at`` wraps the class's method.
+    Stages read their parents through these attributes (``parent.element_at(i)``,
+    ``parent.__getitems__(indices)``), so the wrapper sees every read."""
     from grain_core.dataset.base import MapDataset
 
-    ns: dict[str, Any] = {}
     cls = type(ds)
+    attrs = getattr(ds, "__dict__", None)
+    if attrs is None:
+        return
     if cls.__getitems__ is not MapDataset.__getitems__:
-        orig_many = cls.__getitems__
+        many = cls.__getitems__.__get__(ds, cls)
 
-        def __getitems__(self, indices, _orig=orig_many, _rec=rec):
+        def getitems(indices: Any) -> Any:
             t0 = _perf()
             try:
-                return _orig(self, indices)
+                return many(indices)
             finally:
-                _rec.seconds += _perf() - t0
-                _rec.calls += 1
-                _rec.elements += len(indices)
+                rec.seconds += _perf() - t0
+                rec.calls += 1
+                rec.elements += len(indices)
 
-        ns["__getitems__"] = __getitems__
+        attrs["__getitems__"] = getitems
     else:
-        orig_one = cls.element_at
+        one = cls.element_at.__get__(ds, cls)
 
-        def element_at(self, index, _orig=orig_one, _rec=rec):
+        def element_at(index: int) -> Any:
             t0 = _perf()
             try:
-                return _orig(self, index)
+                return one(index)
             finally:
-                _rec.seconds += _perf() - t0
-                _rec.calls += 1
-                _rec.elements += 1
+                rec.seconds += _perf() - t0
+                rec.calls += 1
+                rec.elements += 1
 
-        ns["element_at"] = element_at
-    _swap_class(ds, ns)
+        attrs["element_at"] = element_at
 
 
 def _replace_refs(obj: Any, mapping: dict[int, Any]) -> None:
@@ -526,9 +517,11 @@ def iter_with_stats(ds: Iterable[Any]) -> Any:
     if ds_records:
         _attach_map_records(root, it, ds_records, set())
     collector = _Collector(root)
-    it._grain_core_stats = collector  # type: ignore[attr-defined]
-    if type(it).__dict__.get("_grain_core_instrumented"):
-        type(it).stats = lambda self: self._grain_core_stats.snapshot()
+    try:
+        it._grain_core_stats = collector  # type: ignore[attr-defined]
+        it.stats = collector.snapshot  # type: ignore[attr-defined]
+    except AttributeError:  # an iterator without a __dict__: stats.collect(it) cannot find it
+        pass
     return it
 
 

@@ -17,6 +17,10 @@ Cost: one extra Python call per guarded call, an ident lookup and two attribute 
 0.1 µs of CPU). Stages pull their parents in chunks, so per element only the iterator the caller
 holds pays it.
 
+The same wrappers of ``__next__`` and ``next_chunk`` are the statistics hook: every iterator has a
+``stats_recorder`` (``None`` unless ``grain_core.stats`` built it), and the outermost call goes
+through it when set. Off, that is one attribute read per call.
+
 How it works (CPython with the GIL): each iterator has a ``_grain_owner`` attribute, ``None`` or
 the ident of the thread inside it. A call reads it and, if ``None``, stores its thread's ident with
 no call in between (so no other thread runs between the two), then clears it when it returns; a
@@ -68,7 +72,9 @@ def guarded(fn: F, method: str | None = None) -> F:
     any guarded method of the same object raises :class:`ConcurrentIteratorUseError`.
 
     Idempotent (a guarded function is returned as it is). The object's class needs a
-    ``_grain_owner = None`` class attribute (:func:`guard_class` adds it).
+    ``_grain_owner = None`` and a ``stats_recorder = None`` class attribute (:func:`guard_class`
+    adds them). A ``stats_recorder`` (statistics on) has ``timed_next(fn, it)`` and
+    ``timed_chunk(fn, it, max_elements)``, which call ``fn`` and record its time and elements.
     """
     if getattr(fn, "_grain_guarded", False):
         return fn
@@ -76,7 +82,44 @@ def guarded(fn: F, method: str | None = None) -> F:
 
     # Between reading _grain_owner and storing it there is no call (no thread switch, no signal
     # handler): that pair is atomic under the GIL, and the ``try`` clearing it starts right after.
-    if name in ("__next__", "get_state"):
+    # ``__next__`` and ``next_chunk`` also carry the statistics hook: the outermost call goes
+    # through the iterator's ``stats_recorder`` when it has one (``grain_core.stats`` sets it on
+    # the iterators it builds; ``None`` otherwise, one attribute read). Nested calls are not timed.
+    if name == "__next__":
+
+        @functools.wraps(fn)
+        def call(self: Any) -> Any:
+            me = _get_ident()
+            if self._grain_owner is None:
+                self._grain_owner = me
+                try:
+                    recorder = self.stats_recorder
+                    if recorder is None:
+                        return fn(self)
+                    return recorder.timed_next(fn, self)
+                finally:
+                    self._grain_owner = None
+            _refuse(self, me, name)
+            return fn(self)  # a nested call of the owner
+
+    elif name == "next_chunk":
+
+        @functools.wraps(fn)
+        def call(self: Any, arg: Any) -> Any:
+            me = _get_ident()
+            if self._grain_owner is None:
+                self._grain_owner = me
+                try:
+                    recorder = self.stats_recorder
+                    if recorder is None:
+                        return fn(self, arg)
+                    return recorder.timed_chunk(fn, self, arg)
+                finally:
+                    self._grain_owner = None
+            _refuse(self, me, name)
+            return fn(self, arg)
+
+    elif name == "get_state":
 
         @functools.wraps(fn)
         def call(self: Any) -> Any:
@@ -90,7 +133,7 @@ def guarded(fn: F, method: str | None = None) -> F:
             _refuse(self, me, name)
             return fn(self)  # a nested call of the owner
 
-    elif name in ("next_chunk", "set_state"):
+    elif name == "set_state":
 
         @functools.wraps(fn)
         def call(self: Any, arg: Any) -> Any:
@@ -126,6 +169,8 @@ def guard_class(cls: type, methods: tuple[str, ...]) -> None:
     """Wraps the ``methods`` that ``cls`` itself defines with :func:`guarded`."""
     if not hasattr(cls, "_grain_owner"):
         cls._grain_owner = None  # type: ignore[attr-defined]
+    if not hasattr(cls, "stats_recorder"):
+        cls.stats_recorder = None  # type: ignore[attr-defined]
     own = cls.__dict__
     for method in methods:
         fn = own.get(method)

@@ -47,6 +47,12 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
     #: parents (``self.can_unread = parent.can_unread``).
     can_unread: bool = False
 
+    #: The statistics hook: ``None``, or the recorder that :mod:`grain_core.stats` sets on the
+    #: iterators of a pipeline it measures. The kernel's wrapper of every ``__next__`` /
+    #: ``next_chunk`` (:mod:`grain_core.dataset.concurrency`) times the call through it, so every
+    #: stage is measured without code of its own; a stage never sets or reads it.
+    stats_recorder: Any = None
+
     def __init__(self, parents: DatasetIterator | Sequence[DatasetIterator] = ()):
         self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)
         self._options: DatasetOptions | None = None

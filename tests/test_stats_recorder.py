@@ -1,0 +1,102 @@
+"""Per-stage times come through the declared ``DatasetIterator.stats_recorder`` hook and the map
+stages' element hooks, never by changing a stage's class (issue 29 item 4)."""
+
+from __future__ import annotations
+
+import grain_core as grain
+from grain_core import stats
+from grain_core.author import OneParentIterator
+from grain_core.dataset.iterator import DatasetIterator
+from grain_core.dataset.stages import OneParentIterDataset, OneParentMapDataset
+
+
+class _Twice(OneParentIterDataset):
+    """A plugin-style stage with no statistics code: each parent element twice."""
+
+    def __iter__(self):
+        return _TwiceIterator(self.parent.__iter__())
+
+    def __str__(self):
+        return "Twice"
+
+
+class _TwiceIterator(OneParentIterator):
+    kind = "Twice"
+
+    def __init__(self, parent):
+        super().__init__(parent)
+        self.pending = None
+
+    def __next__(self):
+        if self.pending is not None:
+            x, self.pending = self.pending, None
+            return x
+        x = next(self.parent)
+        self.pending = x
+        return x
+
+
+class _Plus(OneParentMapDataset):
+    """A plugin-style map stage with no statistics code."""
+
+    def element_at(self, index):
+        return self.parent.element_at(index) + 100
+
+    def __str__(self):
+        return "Plus"
+
+
+def _stage(s, name):
+    return next(st for st in s.stages if st.name == name)
+
+
+def _iterators(it):
+    yield it
+    for p in getattr(it, "parents", ()):
+        yield from _iterators(p)
+
+
+def test_a_plugin_stage_is_timed_without_code_of_its_own():
+    ds = _Twice(_Plus(grain.MapDataset.range(5)).to_iter_dataset())
+    it = stats.iter_with_stats(ds)
+    assert list(it) == [x for i in range(5) for x in (i + 100, i + 100)]
+    s = it.stats()
+    twice = _stage(s, "Twice")
+    assert twice.elements == 10
+    assert twice.calls == 11  # ten elements and the StopIteration
+    assert twice.total_s > 0
+    plus = _stage(s, "Plus")
+    assert plus.kind == "map"
+    assert plus.elements == 5
+
+
+def test_no_stage_class_is_changed_and_each_iterator_holds_a_recorder():
+    ds = _Twice(grain.MapDataset.range(4).map(lambda x: x).to_iter_dataset()).batch(2)
+    plain_classes = [type(i) for i in _iterators(iter(ds))]
+    it = stats.iter_with_stats(ds)
+    measured = list(_iterators(it))
+    assert [type(i) for i in measured] == plain_classes
+    assert all(i.stats_recorder is not None for i in measured)
+    assert [x.tolist() for x in it] == [[0, 0], [1, 1], [2, 2], [3, 3]]
+
+
+def test_plain_iterators_have_no_recorder_and_the_dataset_is_unchanged():
+    inner = _Plus(grain.MapDataset.range(3))
+    ds = _Twice(inner.to_iter_dataset())
+    stats.iter_with_stats(ds)
+    assert "element_at" not in vars(inner)
+    plain = iter(ds)
+    assert all(i.stats_recorder is None for i in _iterators(plain))
+    assert DatasetIterator.stats_recorder is None
+    assert list(plain) == [100, 100, 101, 101, 102, 102]
+
+
+def test_nested_calls_of_one_iterator_are_counted_once():
+    # The default next_chunk calls the stage's own __next__: the chunk is counted, not each call.
+    ds = _Twice(grain.MapDataset.range(3).to_iter_dataset())
+    it = stats.iter_with_stats(ds)
+    chunk = it.next_chunk(4)
+    assert chunk == [0, 0, 1, 1][: len(chunk)]
+    twice = _stage(it.stats(), "Twice")
+    assert twice.elements == len(chunk)
+    assert twice.calls == 1
