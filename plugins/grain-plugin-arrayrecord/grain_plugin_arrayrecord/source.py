@@ -241,6 +241,10 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         chunk), naming the file, the record's number in it and its index in the source.
     """
 
+    #: ``__getitems__`` reads an int64 key array as it is (``MapDataset.source`` then hands it
+    #: one instead of a list of Python ints).
+    getitems_takes_arrays = True
+
     def __init__(
         self,
         paths: PathOrInstruction | Sequence[PathOrInstruction],
