@@ -128,3 +128,22 @@ def test_a_grain_state_of_another_worker_count_is_refused_without_switching():
         assert it.get_state() == before and "from_grain" not in json.loads(before)
     finally:
         it.close()
+
+
+def test_a_grain_state_of_a_loader_with_workers_switches_a_correct_mode_loader_with_workers():
+    case = RECORDED["cases"]["dataloader_uneven_shard_workers"]
+    grain_state = json.dumps(case["state"]).encode()
+    it = iter(_uneven(worker_count=2))
+    try:
+        it.set_state(grain_state)
+        saved = it.get_state()
+        assert json.loads(saved)["from_grain"] is True
+        assert [int(x) for x in it] == case["after"]
+    finally:
+        it.close()
+    again = iter(_uneven(worker_count=2))
+    try:
+        again.set_state(saved)
+        assert [int(x) for x in again] == case["after"]
+    finally:
+        again.close()

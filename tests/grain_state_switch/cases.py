@@ -48,6 +48,13 @@ CASES: dict[str, tuple[str, int]] = {
         "num_epochs=2, seed=3), worker_count=0)",
         2,
     ),
+    # the same DataLoader with two worker processes
+    "dataloader_uneven_shard_workers": (
+        "gp.DataLoader(data_source=gp.RangeDataSource(0, 10, 1), sampler=gp.IndexSampler("
+        "num_records=10, shard_options=gp.ShardOptions(0, 3, drop_remainder=False), shuffle=True, "
+        "num_epochs=2, seed=3), worker_count=2)",
+        3,
+    ),
 }
 
 
