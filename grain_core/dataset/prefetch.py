@@ -223,11 +223,10 @@ class PrefetchDatasetIterator(DatasetIterator):
         call, such as ArrayRecord's reader or a remote source's round trip, grow to where that
         cost is spread). With threads, growing stops and halving starts at ``4 x
         _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline),
-        except for a chunk whose doubling still gained (or whose double was never read): a
-        source with a high latency per call (remote reads) keeps growing, so it gets indices in
-        bulk, not one per call. Without
-        threads the caller waits for every chunk anyway: a chunk that still gains grows whatever it
-        takes, and one that does not halves above ``_MAX_CHUNK_SECONDS``."""
+        unless doubling gained (or was never tried): a high-latency source (remote reads) gets
+        indices in bulk. Without threads the caller waits for every chunk anyway: a chunk that
+        still gains grows whatever it takes, and one that does not halves above
+        ``_MAX_CHUNK_SECONDS``."""
         limit = self._chunk_limit(False)
         longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
         cost = seconds / max(elements, 1)
@@ -235,12 +234,9 @@ class PrefetchDatasetIterator(DatasetIterator):
         half = self._sync_cost.get(elements // 2)
         gained = half is not None and cost <= _SYNC_GAIN * half
         explore = 2 * elements not in self._sync_cost
-        quick = 2 * seconds <= longest
-        if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and (quick or self._sync)):
+        if seconds < _SYNC_GROW_SECONDS or gained or explore:
             self._sync_chunk = min(self._sync_chunk * 2, limit)
-        elif (gained or explore) and not self._sync:  # with threads: bulk calls still gain
-            self._sync_chunk = min(self._sync_chunk * 2, limit)
-        elif seconds > longest and not (gained and self._sync):
+        elif seconds > longest:
             self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
         else:
             self._sync_chunk = min(self._sync_chunk, limit)
@@ -255,10 +251,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
         own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
         cost per call (ArrayRecord) get calls as large as one thread's share of the buffer. Chunks
-        whose cost per element fell to ``_SYNC_GAIN`` or less of the half size's (a source with a
-        high latency per call, e.g. a remote reader that makes a call's reads concurrent) keep
-        doubling up to the chunk limit, and do not halve: one element per call would pay the
-        latency per element."""
+        whose cost per element fell to ``_SYNC_GAIN`` or less of the half size's (a high-latency
+        source, e.g. a remote reader) keep doubling up to the chunk limit, and do not halve."""
         limit = self._chunk_limit(True)
         self._typical_seconds = seconds
         budget = self._read_options.prefetch_buffer_size
@@ -274,9 +268,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             self._chunk = min(self._chunk * 2, max(self._chunk, per_thread), limit)
         elif gained and elements >= self._chunk:
             self._chunk = min(self._chunk * 2, limit)
-        elif gained:
-            self._chunk = min(self._chunk, limit)
-        elif pool_seconds > _MAX_CHUNK_SECONDS:
+        elif pool_seconds > _MAX_CHUNK_SECONDS and not gained:
             self._chunk = max(1, self._chunk // 2)
         else:
             self._chunk = min(self._chunk, limit)
@@ -327,10 +319,7 @@ class PrefetchDatasetIterator(DatasetIterator):
                 break  # more would only queue: later chunks get the size learnt meanwhile
             stop = min(self._len, start + self._chunk)
             if budget - in_flight < stop - start and self._buffer:
-                # Room for a whole chunk only (at most half the budget, so room comes as the
-                # consumer goes): topping the buffer up by the few elements consumed would cut
-                # every later chunk that small (one element per call for a slow source).
-                break
+                break  # room for a whole chunk only (see the module docstring)
             fut = self._submit(start, stop)
             self._buffer += ((start, stop, fut, True),)  # with the next line: no call between
             self._read_to = stop
