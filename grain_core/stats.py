@@ -1,7 +1,8 @@
 """Opt-in execution statistics: per-stage time, elements/s, prefetch buffer fill, the slowest stage.
 
-Statistics are off unless asked for, and off costs one attribute read per ``next()`` (the check
-below). :func:`iter_with_stats` builds a measured iterator instead of the plain one::
+Statistics are off unless asked for, and off costs nothing: an unmeasured iterator runs exactly
+the code it runs without this module. :func:`iter_with_stats` builds a measured iterator instead of
+the plain one::
 
     from grain_core import stats
 
@@ -20,9 +21,10 @@ How times are taken (no class of any stage is changed or replaced):
 * Iterators: every ``DatasetIterator`` has the declared statistics hook ``stats_recorder``
   (``None`` by default). The kernel wraps the ``__next__`` and ``next_chunk`` of every subclass
   (kernel and plugin stages alike, :mod:`grain_core.dataset.concurrency`, the same wrapper that
-  enforces one thread at a time); the wrapper's outermost call goes through the recorder when one
-  is set (``recorder.timed_next(fn, it)`` / ``recorder.timed_chunk(fn, it, n)``), else straight to
-  the stage. :func:`iter_with_stats` builds ``iter(ds)`` and sets a recorder on each of its
+  enforces one thread at a time); on a measured iterator the wrapper's outermost call goes through
+  the recorder (``recorder.timed_next(fn, it)`` / ``recorder.timed_chunk(fn, it, n)``). The
+  recorder waits in the guard's owner slot while no thread is inside, so the unmeasured path tests
+  nothing more. :func:`iter_with_stats` builds ``iter(ds)`` and sets a recorder on each of its
   iterators (walking ``parents``), so a stage needs no code of its own to be measured.
 * ``MapDataset`` stages read by ``to_iter_dataset``: stages read their parents through the element
   hooks ``parent.element_at(i)`` / ``parent.__getitems__(indices)``. :func:`iter_with_stats` reads

@@ -3,10 +3,14 @@ stages' element hooks, never by changing a stage's class (issue 29 item 4)."""
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 import grain_core as grain
 from grain_core import stats
 from grain_core.author import OneParentIterator
-from grain_core.dataset.iterator import DatasetIterator
+from grain_core.dataset.concurrency import ConcurrentIteratorUseError
 from grain_core.dataset.stages import OneParentIterDataset, OneParentMapDataset
 
 
@@ -87,8 +91,60 @@ def test_plain_iterators_have_no_recorder_and_the_dataset_is_unchanged():
     assert "element_at" not in vars(inner)
     plain = iter(ds)
     assert all(i.stats_recorder is None for i in _iterators(plain))
-    assert DatasetIterator.stats_recorder is None
+    # Unmeasured iterators keep the guard's plain path: nobody inside, no recorder waiting.
+    assert all(i._grain_owner is None for i in _iterators(plain))
     assert list(plain) == [100, 100, 101, 101, 102, 102]
+
+
+class _Gate(OneParentIterDataset):
+    """Passes elements through; the first ``next`` waits (bounded) until released."""
+
+    def __init__(self, parent, inside, release):
+        super().__init__(parent)
+        self.inside, self.release = inside, release
+
+    def __iter__(self):
+        return _GateIterator(self.parent.__iter__(), self.inside, self.release)
+
+    def __str__(self):
+        return "Gate"
+
+
+class _GateIterator(OneParentIterator):
+    kind = "Gate"
+
+    def __init__(self, parent, inside, release):
+        super().__init__(parent)
+        self.inside, self.release = inside, release
+
+    def __next__(self):
+        self.inside.set()
+        assert self.release.wait(30)
+        return next(self.parent)
+
+
+def test_a_measured_iterator_still_refuses_a_second_thread():
+    inside, release = threading.Event(), threading.Event()
+    it = stats.iter_with_stats(_Gate(grain.MapDataset.range(3).to_iter_dataset(), inside, release))
+    got = []
+    t = threading.Thread(target=lambda: got.append(next(it)))
+    t.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(ConcurrentIteratorUseError, match="while thread"):
+            next(it)
+        with pytest.raises(ConcurrentIteratorUseError):
+            it.get_state()
+    finally:
+        release.set()
+        t.join(30)
+    assert not t.is_alive() and got == [0]
+    # The recorder is back after the call: the next calls are measured and states still work.
+    state = it.get_state()
+    assert next(it) == 1
+    it.set_state(state)
+    assert list(it) == [1, 2]
+    assert _stage(it.stats(), "Gate").elements == 4
 
 
 def test_nested_calls_of_one_iterator_are_counted_once():

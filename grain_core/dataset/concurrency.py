@@ -17,9 +17,13 @@ Cost: one extra Python call per guarded call, an ident lookup and two attribute 
 0.1 µs of CPU). Stages pull their parents in chunks, so per element only the iterator the caller
 holds pays it.
 
-The same wrappers of ``__next__`` and ``next_chunk`` are the statistics hook: every iterator has a
-``stats_recorder`` (``None`` unless ``grain_core.stats`` built it), and the outermost call goes
-through it when set. Off, that is one attribute read per call.
+The same wrappers are the statistics hook, at no cost when statistics are off: an iterator
+measured by ``grain_core.stats`` has a *recorder* (:func:`set_stats_recorder`) and keeps it in
+``_grain_owner`` while no thread is inside, so the ``None`` test above fails and the call takes the
+other path, which sees the recorder, stores its thread's ident as usual, runs the outermost
+``__next__`` / ``next_chunk`` through ``recorder.timed_next(fn, it)`` /
+``recorder.timed_chunk(fn, it, max_elements)`` (other methods plainly) and puts the recorder back.
+An unmeasured iterator runs exactly the code above.
 
 How it works (CPython with the GIL): each iterator has a ``_grain_owner`` attribute, ``None`` or
 the ident of the thread inside it. A call reads it and, if ``None``, stores its thread's ident with
@@ -35,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ConcurrentIteratorUseError", "guarded"]
+__all__ = ["ConcurrentIteratorUseError", "guarded", "set_stats_recorder", "stats_recorder"]
 
 _get_ident = threading.get_ident
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,7 +62,7 @@ def _refuse(self: Any, me: int, method: str) -> None:
     owner = self._grain_owner
     if owner == me:
         return
-    who = "another thread" if owner is None else f"thread {_thread_name(owner)}"
+    who = f"thread {_thread_name(owner)}" if owner.__class__ is int else "another thread"
     raise ConcurrentIteratorUseError(
         f"{type(self).__name__}.{method}() was called from thread {_thread_name(me)} while "
         f"{who} is inside this iterator. An iterator may be used by one thread at "
@@ -67,14 +71,51 @@ def _refuse(self: Any, me: int, method: str) -> None:
     )
 
 
+def _busy(self: Any, me: int, method: str, fn: Callable[..., Any], args: tuple) -> Any:
+    """The path of a call that found ``_grain_owner`` set: a measured iterator with nobody inside
+    (its recorder is there), a nested call of the owner thread, or another thread (refused)."""
+    owner = self._grain_owner
+    if owner is not None and owner.__class__ is not int:  # a stats recorder: idle and measured
+        self._grain_owner = me
+        try:
+            if method == "__next__":
+                return owner.timed_next(fn, self)
+            if method == "next_chunk":
+                return owner.timed_chunk(fn, self, *args)
+            return fn(self, *args)
+        finally:
+            self._grain_owner = owner
+    _refuse(self, me, method)
+    return fn(self, *args)  # a nested call of the owner
+
+
+def stats_recorder(it: Any) -> Any:
+    """The statistics recorder of a guarded iterator (:func:`set_stats_recorder`), or ``None``."""
+    return vars(it).get("_grain_stats_recorder") if hasattr(it, "__dict__") else None
+
+
+def set_stats_recorder(it: Any, recorder: Any) -> None:
+    """Makes the guarded methods of ``it`` run through ``recorder`` (``None``: plainly again).
+
+    ``recorder`` has ``timed_next(fn, it)`` and ``timed_chunk(fn, it, max_elements)``, which call
+    ``fn`` and record its time and elements. Only while no thread is inside ``it``.
+    """
+    owner = it._grain_owner
+    if owner is not None and owner.__class__ is int:
+        raise RuntimeError(
+            f"A statistics recorder was set on {type(it).__name__} while thread "
+            f"{_thread_name(owner)} is inside it; set it before the iterator is used."
+        )
+    it._grain_owner = recorder
+    it._grain_stats_recorder = recorder
+
+
 def guarded(fn: F, method: str | None = None) -> F:
     """Wraps an iterator method so that a call from a second thread while another thread is inside
     any guarded method of the same object raises :class:`ConcurrentIteratorUseError`.
 
     Idempotent (a guarded function is returned as it is). The object's class needs a
-    ``_grain_owner = None`` and a ``stats_recorder = None`` class attribute (:func:`guard_class`
-    adds them). A ``stats_recorder`` (statistics on) has ``timed_next(fn, it)`` and
-    ``timed_chunk(fn, it, max_elements)``, which call ``fn`` and record its time and elements.
+    ``_grain_owner = None`` class attribute (:func:`guard_class` adds it).
     """
     if getattr(fn, "_grain_guarded", False):
         return fn
@@ -82,44 +123,7 @@ def guarded(fn: F, method: str | None = None) -> F:
 
     # Between reading _grain_owner and storing it there is no call (no thread switch, no signal
     # handler): that pair is atomic under the GIL, and the ``try`` clearing it starts right after.
-    # ``__next__`` and ``next_chunk`` also carry the statistics hook: the outermost call goes
-    # through the iterator's ``stats_recorder`` when it has one (``grain_core.stats`` sets it on
-    # the iterators it builds; ``None`` otherwise, one attribute read). Nested calls are not timed.
-    if name == "__next__":
-
-        @functools.wraps(fn)
-        def call(self: Any) -> Any:
-            me = _get_ident()
-            if self._grain_owner is None:
-                self._grain_owner = me
-                try:
-                    recorder = self.stats_recorder
-                    if recorder is None:
-                        return fn(self)
-                    return recorder.timed_next(fn, self)
-                finally:
-                    self._grain_owner = None
-            _refuse(self, me, name)
-            return fn(self)  # a nested call of the owner
-
-    elif name == "next_chunk":
-
-        @functools.wraps(fn)
-        def call(self: Any, arg: Any) -> Any:
-            me = _get_ident()
-            if self._grain_owner is None:
-                self._grain_owner = me
-                try:
-                    recorder = self.stats_recorder
-                    if recorder is None:
-                        return fn(self, arg)
-                    return recorder.timed_chunk(fn, self, arg)
-                finally:
-                    self._grain_owner = None
-            _refuse(self, me, name)
-            return fn(self, arg)
-
-    elif name == "get_state":
+    if name in ("__next__", "get_state"):
 
         @functools.wraps(fn)
         def call(self: Any) -> Any:
@@ -130,10 +134,9 @@ def guarded(fn: F, method: str | None = None) -> F:
                     return fn(self)
                 finally:
                     self._grain_owner = None
-            _refuse(self, me, name)
-            return fn(self)  # a nested call of the owner
+            return _busy(self, me, name, fn, ())  # measured, nested, or another thread inside
 
-    elif name == "set_state":
+    elif name in ("next_chunk", "set_state"):
 
         @functools.wraps(fn)
         def call(self: Any, arg: Any) -> Any:
@@ -144,8 +147,7 @@ def guarded(fn: F, method: str | None = None) -> F:
                     return fn(self, arg)
                 finally:
                     self._grain_owner = None
-            _refuse(self, me, name)
-            return fn(self, arg)
+            return _busy(self, me, name, fn, (arg,))
 
     else:
 
@@ -158,8 +160,10 @@ def guarded(fn: F, method: str | None = None) -> F:
                     return fn(self, *args, **kwargs)
                 finally:
                     self._grain_owner = None
-            _refuse(self, me, name)
-            return fn(self, *args, **kwargs)
+            if kwargs:
+                _refuse(self, me, name)
+                return fn(self, *args, **kwargs)
+            return _busy(self, me, name, fn, args)
 
     call._grain_guarded = True  # type: ignore[attr-defined]
     return call  # type: ignore[return-value]
@@ -169,8 +173,6 @@ def guard_class(cls: type, methods: tuple[str, ...]) -> None:
     """Wraps the ``methods`` that ``cls`` itself defines with :func:`guarded`."""
     if not hasattr(cls, "_grain_owner"):
         cls._grain_owner = None  # type: ignore[attr-defined]
-    if not hasattr(cls, "stats_recorder"):
-        cls.stats_recorder = None  # type: ignore[attr-defined]
     own = cls.__dict__
     for method in methods:
         fn = own.get(method)

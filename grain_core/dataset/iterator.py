@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from grain_core import state as _state
-from grain_core.dataset.concurrency import guard_class
+from grain_core.dataset.concurrency import guard_class, set_stats_recorder, stats_recorder
 from grain_core.dataset.grain_attrs import IteratorAttrs
 from grain_core.dataset.locator import StageTable
 from grain_core.dataset.state_transaction import atomic_set_state
@@ -46,12 +46,6 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
     #: implementing ``unread`` sets it on the class, or per instance where it depends on the
     #: parents (``self.can_unread = parent.can_unread``).
     can_unread: bool = False
-
-    #: The statistics hook: ``None``, or the recorder that :mod:`grain_core.stats` sets on the
-    #: iterators of a pipeline it measures. The kernel's wrapper of every ``__next__`` /
-    #: ``next_chunk`` (:mod:`grain_core.dataset.concurrency`) times the call through it, so every
-    #: stage is measured without code of its own; a stage never sets or reads it.
-    stats_recorder: Any = None
 
     def __init__(self, parents: DatasetIterator | Sequence[DatasetIterator] = ()):
         self._parents = (parents,) if isinstance(parents, DatasetIterator) else tuple(parents)
@@ -172,6 +166,19 @@ class DatasetIterator(IteratorAttrs, Iterator[T], abc.ABC):
         if own is not None and not getattr(own, "_grain_atomic", False):
             cls.set_state = atomic_set_state(own)  # type: ignore[method-assign,assignment]
         guard_class(cls, _GUARDED)  # one thread at a time (grain_core.dataset.concurrency)
+
+    @property
+    def stats_recorder(self) -> Any:
+        """The statistics hook: ``None``, or the recorder that :mod:`grain_core.stats` sets on the
+        iterators of a pipeline it measures. The kernel's wrapper of every ``__next__`` /
+        ``next_chunk`` (:mod:`grain_core.dataset.concurrency`) times the outermost call through it,
+        so every stage is measured without code of its own (and an unmeasured iterator pays
+        nothing); a stage never sets or reads it."""
+        return stats_recorder(self)
+
+    @stats_recorder.setter
+    def stats_recorder(self, recorder: Any) -> None:
+        set_stats_recorder(self, recorder)
 
     def buffer_fill(self) -> float | None:
         """Statistics hook: the fraction (0 to 1) of this iterator's read-ahead buffer that holds
