@@ -6,7 +6,7 @@ shadow a method of ``MapDataset``/``IterDataset``, and loads the kernel's built-
 (:mod:`grain_core.runtime.builtin`: the ``"processes"`` runtime, through the ``register_runtimes``
 hook). Those lower layers never import the runtime, the
 checkpoint package or the dataset kernel: this module, imported by ``grain_core/__init__``, fills
-their typed tables (:mod:`grain_core.dataset.locator`): ``base.stages.MultiprocessPrefetchIterDataset``,
+their typed tables (:mod:`grain_core.dataset.locator`): ``base.builders.MultiprocessPrefetchIterDataset``,
 ``iterator.checkpoint_io`` and ``locator.hooks.debug_iterator``. The runtime and checkpoint modules
 are still imported only when first used.
 """
@@ -20,7 +20,7 @@ from grain_core import (
     debug,
     element_spec,  # noqa: F401 -- installs element-spec inference into the kernel
 )
-from grain_core.dataset.base import IterDataset, MapDataset, stages
+from grain_core.dataset.base import IterDataset, MapDataset, builders
 from grain_core.dataset.iterator import DatasetIterator, checkpoint_io
 from grain_core.dataset.locator import hooks
 from grain_core.plugins import registry
@@ -65,7 +65,7 @@ def _load_iterator_state(iterator: DatasetIterator[Any], directory: Any) -> Coro
 
 # The fills from above the dataset kernel (tests/test_layers.py allows exactly these).
 hooks.debug_iterator = debug.debug_iterator
-stages.MultiprocessPrefetchIterDataset = _mp_prefetch_stage
+builders.MultiprocessPrefetchIterDataset = _mp_prefetch_stage
 checkpoint_io.save_iterator_state = _save_iterator_state
 checkpoint_io.load_iterator_state = _load_iterator_state
 

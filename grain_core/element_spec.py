@@ -50,7 +50,7 @@ from grain_core.dataset import (
     prefetch,
     reshape_ops,
 )
-from grain_core.dataset.base import IterDataset, MapDataset, stages
+from grain_core.dataset.base import IterDataset, MapDataset, builders
 from grain_core.dataset.cache import CacheIterDataset
 from grain_core.dataset.elastic_iterator import ElasticIterator
 from grain_core.dataset.sequential import ContiguousShareMapDataset
@@ -211,7 +211,7 @@ def _infer(ds: Any) -> Any:
     )
 
 
-stages.infer_element_spec = _infer
+builders.infer_element_spec = _infer
 _INFERRED = base._inferred_element_spec()
 
 

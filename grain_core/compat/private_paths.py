@@ -52,7 +52,7 @@ def _tr(name: str) -> str:
 _DS = "grain_core.dataset.base:"
 _EXP = "grain_core.experimental:"
 _ATTRS = "grain_core.dataset.grain_attrs:"
-_KERNEL = "grain_core.dataset.base:stages."  # the kernel's stage classes, by their kind
+_KERNEL = "grain_core.dataset.base:builders."  # the kernel's stage classes, by their kind
 _PRIV = "grain_core.compat.grain_private:"
 
 #: Grain module path -> {Grain name: "grain_core module:attribute"}.

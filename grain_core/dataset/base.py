@@ -8,7 +8,7 @@ returns a checkpointable ``DatasetIterator``.
 
 Transformations are methods returning new datasets; their implementations live in sibling modules
 (and, for ``mp_prefetch``, in the runtime layer above), which import this module. This module never
-imports them: it declares each builder, typed, in the :class:`Stages` table :data:`stages`, which
+imports them: it declares each builder, typed, in the :class:`StageBuilders` table :data:`builders`, which
 ``grain_core.dataset`` and ``grain_core._wiring`` fill (:mod:`grain_core.dataset.locator`,
 ``docs/architecture.md``). Plugin-provided
 factories (``MapDataset.range``) resolve through the metaclasses. Seeds follow the lineage
@@ -90,7 +90,7 @@ class _DatasetBase(DatasetAttrs):  # Grain's private attributes: dataset/grain_a
     def _element_spec(self) -> Any:
         """Grain's hook: the spec of this dataset's elements, inferred stage by stage
         (``grain_core.element_spec``). A subclass may override it, as in Grain."""
-        return stages.infer_element_spec(self)
+        return builders.infer_element_spec(self)
 
     @property
     def _default_seed(self) -> int | None:
@@ -156,23 +156,23 @@ class MapDatasetMeta(abc.ABCMeta):
 
     def source(cls, source: Indexable[T]) -> MapDataset[T]:
         """Returns a dataset over ``source``: any ``Sequence`` or ``RandomAccessDataSource``."""
-        return stages.SourceMapDataset(source)
+        return builders.SourceMapDataset(source)
 
     def concatenate(cls, datasets: Sequence[MapDataset[T]]) -> MapDataset[T]:
         """Returns the elements of ``datasets`` one after another (epoch ``n`` of each)."""
-        return stages.ConcatenateMapDataset(datasets)
+        return builders.ConcatenateMapDataset(datasets)
 
     def mix(
         cls, datasets: Sequence[MapDataset[T]], weights: Sequence[float] | None = None
     ) -> MapDataset[T]:
         """Returns ``datasets`` interleaved in proportion to ``weights`` (uniform by default)."""
-        return stages.MixedMapDataset(datasets, weights)
+        return builders.MixedMapDataset(datasets, weights)
 
     def select_from_datasets(
         cls, datasets: Sequence[MapDataset[T]], selection_map: DatasetSelectionMap
     ) -> MapDataset[T]:
         """Returns a dataset whose index ``i`` is ``datasets[d][j]`` for ``(d, j) = selection_map[i]``."""
-        return stages.SelectionMapDataset(datasets, selection_map)
+        return builders.SelectionMapDataset(datasets, selection_map)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
@@ -267,15 +267,15 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def seed(self, seed: int) -> MapDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        return stages.SeedMapDataset(self, seed)
+        return builders.SeedMapDataset(self, seed)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """Returns the same elements globally shuffled, differently in every epoch."""
-        return stages.ShuffleMapDataset(self, seed=seed)
+        return builders.ShuffleMapDataset(self, seed=seed)
 
     def slice(self, sl: slice) -> MapDataset[T]:
         """Returns the elements at the positions of ``sl`` (``ds[a:b:c]`` is the same)."""
-        return stages.SliceMapDataset(self, sl)
+        return builders.SliceMapDataset(self, sl)
 
     @overload
     def map(self, transform: Callable[[T], S]) -> MapDataset[S]: ...
@@ -285,7 +285,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def map(self, transform: Any) -> MapDataset[Any]:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        return stages.MapMapDataset(self, transform)
+        return builders.MapMapDataset(self, transform)
 
     @overload
     def random_map(
@@ -298,7 +298,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
     def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]:
         """Returns elements passed through ``transform(x, rng)``, ``rng`` a pure function of
         (seed, index)."""
-        return stages.RandomMapMapDataset(self, transform, seed=seed)
+        return builders.RandomMapMapDataset(self, transform, seed=seed)
 
     @overload
     def map_with_index(self, transform: Callable[[int, T], S]) -> MapDataset[S]: ...
@@ -308,11 +308,11 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
 
     def map_with_index(self, transform: Any) -> MapDataset[Any]:
         """Returns ``transform(index, element)`` for each element."""
-        return stages.MapWithIndexMapDataset(self, transform)
+        return builders.MapWithIndexMapDataset(self, transform)
 
     def filter(self, transform: tr.Filter | Callable[[T], Any]) -> MapDataset[T]:
         """Returns the dataset with ``None`` where ``transform(element)`` is false."""
-        return stages.FilterMapDataset(self, transform)
+        return builders.FilterMapDataset(self, transform)
 
     @overload
     def batch(
@@ -332,7 +332,7 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> MapDataset[Any]:
         """Returns consecutive elements of each epoch grouped by ``batch_size``, stacked leafwise."""
-        return stages.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return builders.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
@@ -340,17 +340,17 @@ class MapDataset(_DatasetBase, Generic[T], metaclass=MapDatasetMeta):
         """Returns ``num_epochs`` epochs back to back; ``None`` repeats forever
         (``len == sys.maxsize``). With ``reseed_each_epoch=False`` every epoch repeats the first
         epoch's elements (upstream shuffles and random maps are not re-drawn per epoch)."""
-        return stages.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
+        return builders.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def apply(self, transformations: Any) -> MapDataset[Any]:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        return stages.apply_transformations(self, transformations)
+        return builders.apply_transformations(self, transformations)
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
     ) -> IterDataset[T]:
         """Returns an ``IterDataset`` over this dataset, read ahead by ``read_options`` threads."""
-        return stages.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
+        return builders.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
 
 
 class IterDatasetMeta(abc.ABCMeta):
@@ -362,7 +362,7 @@ class IterDatasetMeta(abc.ABCMeta):
         weights: Sequence[float] | Mapping[str, float] | None = None,
     ) -> IterDataset[T]:
         """Returns ``datasets`` interleaved by ``weights``; stops when any input is exhausted."""
-        return stages.MixedIterDataset(datasets, weights)
+        return builders.MixedIterDataset(datasets, weights)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("_"):
@@ -393,7 +393,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def seed(self, seed: int) -> IterDataset[T]:
         """Returns this dataset with ``seed`` as the pipeline seed for downstream transformations."""
-        return stages.SeedIterDataset(self, seed)
+        return builders.SeedIterDataset(self, seed)
 
     @overload
     def map(self, transform: Callable[[T], S]) -> IterDataset[S]: ...
@@ -403,7 +403,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def map(self, transform: Any) -> IterDataset[Any]:
         """Returns elements passed through ``transform`` (a ``Map`` or a callable)."""
-        return stages.MapIterDataset(self, transform)
+        return builders.MapIterDataset(self, transform)
 
     @overload
     def random_map(
@@ -415,7 +415,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset[Any]:
         """Returns ``transform(x, rng)``, ``rng`` a pure function of (seed, element count)."""
-        return stages.RandomMapIterDataset(self, transform, seed=seed)
+        return builders.RandomMapIterDataset(self, transform, seed=seed)
 
     @overload
     def map_with_index(self, transform: Callable[[int, T], S]) -> IterDataset[S]: ...
@@ -425,11 +425,11 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
 
     def map_with_index(self, transform: Any) -> IterDataset[Any]:
         """Returns ``transform(i, element)`` where ``i`` counts elements from 0."""
-        return stages.MapWithIndexIterDataset(self, transform)
+        return builders.MapWithIndexIterDataset(self, transform)
 
     def filter(self, transform: tr.Filter | Callable[[T], Any]) -> IterDataset[T]:
         """Returns only the elements for which ``transform(element)`` is true."""
-        return stages.FilterIterDataset(self, transform)
+        return builders.FilterIterDataset(self, transform)
 
     @overload
     def batch(
@@ -449,11 +449,11 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> IterDataset[Any]:
         """Returns consecutive elements grouped by ``batch_size``, stacked leafwise."""
-        return stages.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return builders.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
 
     def apply(self, transformations: Any) -> IterDataset[Any]:
         """Applies one transform object or a sequence of them (``Map``, ``Filter``, ``Batch``, ...)."""
-        return stages.apply_transformations(self, transformations)
+        return builders.apply_transformations(self, transformations)
 
     def mp_prefetch(
         self,
@@ -474,7 +474,7 @@ class IterDataset(_DatasetBase, Iterable[T], metaclass=IterDatasetMeta):
         picks where workers run: a runtime object or a registered runtime name (default
         ``"processes"``: local processes; see ``docs/runtime.md``).
         """
-        return stages.MultiprocessPrefetchIterDataset(
+        return builders.MultiprocessPrefetchIterDataset(
             self, options, worker_init_fn=worker_init_fn, runtime=runtime,
             sequential_slice=sequential_slice,
         )
@@ -540,7 +540,7 @@ class _MpPrefetching(Protocol):
     ) -> AnyIter: ...
 
 
-class Stages(StageTable):
+class StageBuilders(StageTable):
     """What the methods of ``MapDataset`` / ``IterDataset`` build, each named after its class.
 
     Filled by ``grain_core.dataset`` (the dataset kernel's own stages and ``apply``),
@@ -577,5 +577,5 @@ class Stages(StageTable):
     infer_element_spec: Callable[[_DatasetBase], Any]
 
 
-#: The one :class:`Stages` table (``docs/architecture.md``, "Typed wiring").
-stages = Stages()
+#: The one :class:`StageBuilders` table (``docs/architecture.md``, "Typed wiring").
+builders = StageBuilders()

@@ -5,13 +5,13 @@ builds a runtime stage and ``DatasetIterator.save`` calls the checkpoint package
 dataset kernel. The protocol module cannot import those modules (that would be a circle, or an
 import up the layers), so it declares what it calls in a :class:`StageTable`: one annotated
 attribute per builder, named after what it builds. The module that defines a builder (or, for a
-layer above, ``grain_core._wiring``) assigns it, ``stages.MapMapDataset = map_ops.MapMapDataset``;
+layer above, ``grain_core._wiring``) assigns it, ``builders.MapMapDataset = map_ops.MapMapDataset``;
 mypy checks that assignment against the annotation, and the protocol's calls
-(``stages.MapMapDataset(self, transform)``) are typed by it. ``tests/test_layers.py`` reads every
+(``builders.MapMapDataset(self, transform)``) are typed by it. ``tests/test_layers.py`` reads every
 assignment, so it knows which module fills which builder, and allows only the documented fills from
 a layer above (``docs/architecture.md``).
 
-The tables: :data:`hooks` here (Grain's debug options), ``grain_core.dataset.base.stages`` (the
+The tables: :data:`hooks` here (Grain's debug options), ``grain_core.dataset.base.builders`` (the
 stages and helpers of the dataset methods) and ``grain_core.dataset.iterator.checkpoint_io``
 (``DatasetIterator.save`` / ``load``). :func:`user_iter` routes the iterators users create through
 the debug hook when ``grain_core._wiring`` filled it.

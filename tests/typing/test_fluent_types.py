@@ -2,7 +2,7 @@
 
 mypy checks this file (``mypy.ini`` lists it; ``nox -s typecheck``): every ``assert_type`` below is
 the type a user's type checker sees. pytest runs it too, so each pipeline is also built and read,
-and the stage each method built is the one ``grain_core.dataset`` wires in (``base.stages``).
+and the stage each method built is the one ``grain_core.dataset`` wires in (``base.builders``).
 """
 
 from __future__ import annotations
@@ -79,16 +79,16 @@ def test_iter_dataset_methods_keep_element_types() -> None:
 )
 def test_each_method_builds_the_stage_its_table_names(build: Any, stage: str) -> None:
     built = build(grain.MapDataset.source([1, 2, 3]))
-    assert type(built) is getattr(base.stages, stage)
+    assert type(built) is getattr(base.builders, stage)
     assert type(built).__name__ == stage
 
 
 def test_the_table_refuses_undeclared_builders_and_names_the_fix() -> None:
     with pytest.raises(AttributeError, match="declares no builder 'MapMapDatset'"):
-        base.stages.MapMapDatset = map_ops.MapMapDataset  # type: ignore[attr-defined]
-    table = base.Stages()
+        base.builders.MapMapDatset = map_ops.MapMapDataset  # type: ignore[attr-defined]
+    table = base.StageBuilders()
     with pytest.raises(RuntimeError, match="import grain_core"):
         table.MapMapDataset  # noqa: B018
-    assert base.stages.filled() == frozenset(
-        n for k in type(base.stages).__mro__ for n in vars(k).get("__annotations__", {})
+    assert base.builders.filled() == frozenset(
+        n for k in type(base.builders).__mro__ for n in vars(k).get("__annotations__", {})
     )
