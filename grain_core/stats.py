@@ -484,14 +484,14 @@ def _clone_map_stages(ds: Any, records: dict[int, _Record], memo: dict[int, Any]
 
 
 def _attach_map_records(rec: _Record, it: Any, ds_records: dict[int, _Record], seen: set) -> None:
-    """Hangs the map-stage records under the iterators that read those ``MapDataset`` stages."""
+    """Hangs the map-stage records under the iterators that read those ``MapDataset`` stages: an
+    iterator holding one of the measured copies (whatever the attribute's name; matched by
+    identity, the first one found) reads it."""
     if id(it) in seen:
         return
     seen.add(id(it))
-    attrs = getattr(it, "__dict__", {})
-    for name in ("_ds", "_map_ds", "_full_ds", "_dataset", "_parent_ds"):
-        d = attrs.get(name)
-        if d is not None and id(d) in ds_records and ds_records[id(d)] not in rec.children:
+    for d in getattr(it, "__dict__", {}).values():
+        if id(d) in ds_records and ds_records[id(d)] not in rec.children:
             rec.children.append(ds_records[id(d)])
             break
     for p, child in zip(getattr(it, "parents", ()) or (), rec.children):

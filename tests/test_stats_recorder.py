@@ -9,7 +9,7 @@ import pytest
 
 import grain_core as grain
 from grain_core import stats
-from grain_core.author import OneParentIterator
+from grain_core.author import OneParentIterator, SourceIterator, StateField
 from grain_core.dataset.concurrency import ConcurrentIteratorUseError
 from grain_core.dataset.stages import OneParentIterDataset, OneParentMapDataset
 
@@ -156,3 +156,49 @@ def test_nested_calls_of_one_iterator_are_counted_once():
     twice = _stage(it.stats(), "Twice")
     assert twice.elements == len(chunk)
     assert twice.calls == 1
+
+
+class _ReadsTable(grain.IterDataset):
+    """A plugin-style stage reading a ``MapDataset`` parent itself, under a name of its own."""
+
+    def __init__(self, table):
+        super().__init__(table)
+
+    def __iter__(self):
+        return _ReadsTableIterator(self.parents[0])
+
+    def __str__(self):
+        return "ReadsTable"
+
+
+class _ReadsTableIterator(SourceIterator):
+    kind = "ReadsTable"
+
+    def __init__(self, table):
+        super().__init__()
+        self.my_table = table
+        self.i = 0
+
+    def __next__(self):
+        if self.i >= len(self.my_table):
+            raise StopIteration
+        self.i += 1
+        return self.my_table.element_at(self.i - 1)
+
+    def get_state(self):
+        return {"kind": self.kind, "i": self.i}
+
+    def state_fields(self):
+        return {"i": StateField.position()}
+
+    def restore_state(self, state):
+        self.i = state["i"]
+
+
+def test_a_map_stage_read_by_a_plugin_iterator_is_found_by_identity():
+    it = stats.iter_with_stats(_ReadsTable(_Plus(grain.MapDataset.range(3))))
+    assert list(it) == [100, 101, 102]
+    s = it.stats()
+    assert [st.name for st in s.stages][:2] == ["ReadsTable", "Plus"]
+    assert _stage(s, "Plus").elements == 3
+    assert _stage(s, "Plus").depth == 1
