@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grain_core as grain
 from grain_core import plugins
-from grain_core.plugins.registry import hook_signatures
+from grain_core.plugins.hook_validation import hook_signatures
 
 ROOT = Path(__file__).resolve().parents[1]
 

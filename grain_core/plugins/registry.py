@@ -35,7 +35,6 @@ taken by another plugin (that plugin fails to load, saying so).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import re
@@ -48,6 +47,15 @@ import pluggy
 
 from grain_core import _safepath
 from grain_core.plugins import hookspecs
+from grain_core.plugins.hook_validation import validate_plugin
+from grain_core.plugins.info import (
+    BUILTIN_STATUS,
+    PluginConflictError,
+    PluginError,
+    PluginInfo,
+    PluginNameError,
+    Provided,
+)
 from grain_core.suggest import did_you_mean
 
 ENTRY_POINT_GROUP = "grain_core"
@@ -103,9 +111,6 @@ def registry_key(qualified: str) -> tuple[str, str]:
     return (f"factories:{where}" if where in ("MapDataset", "IterDataset") else where, name)
 
 
-#: :attr:`PluginInfo.status` of the kernel's built-in plugins (:meth:`Registry.add_builtin`).
-BUILTIN_STATUS = "built-in"
-
 # What each hook registers, in words (for errors).
 _KIND_WORDS = {
     "register_sources": "source",
@@ -113,18 +118,6 @@ _KIND_WORDS = {
     "register_dataset_factories": "dataset factory",
     "register_runtimes": "runtime",
 }
-
-
-class PluginError(RuntimeError):
-    """A plugin failed to load (raised only in strict mode) or registered something invalid."""
-
-
-class PluginConflictError(PluginError):
-    """Two plugins registered the same name."""
-
-
-class PluginNameError(AttributeError):
-    """A plugin-provided name is not available; the message says which distribution provides it."""
 
 
 def _truthy(value: str | None) -> bool:
@@ -172,43 +165,6 @@ _RESERVED: dict[str, Callable[[], Iterable[str]]] = {}
 def reserve_factory_names(on: str, names: Callable[[], Iterable[str]]) -> None:
     """Declares that plugin factories on the class ``on`` cannot take the names ``names()``."""
     _RESERVED[on] = names
-
-
-@dataclasses.dataclass
-class Provided:
-    """One thing a plugin registered."""
-
-    namespace: str
-    name: str
-    obj: Any
-    plugin: str
-    distribution: str
-    version: str
-    on: str = ""
-
-
-@dataclasses.dataclass
-class PluginInfo:
-    """One plugin as discovery saw it."""
-
-    name: str
-    distribution: str
-    version: str
-    entry_point: str
-    # "loaded", "failed", "blocked", "not allowed", "autoload disabled", "registered", "built-in"
-    status: str
-    error: str = ""
-    provides: list[str] = dataclasses.field(default_factory=list)
-    reason: str = ""  # why it is (not) loaded, in words
-
-    @property
-    def label(self) -> str:
-        """``'name' (distribution version)`` for messages."""
-        where = f" ({self.distribution} {self.version})".rstrip() if self.distribution else ""
-        return f"{self.name!r}{where.replace(' )', ')')}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class Discovery:
@@ -598,47 +554,3 @@ def reimport_explicit(module_names: Iterable[str]) -> None:
     for m in module_names:
         if m not in _REGISTRY.explicit_module_names():
             _REGISTRY.register(importlib.import_module(m))
-
-
-def validate_plugin(pm: pluggy.PluginManager, plugin: Any, info: PluginInfo) -> None:
-    """Registers ``plugin`` in ``pm`` if its hook implementations match grain_core's hooks; else
-    raises :class:`PluginError` naming the plugin, with ``pm`` unchanged."""
-    name = info.name if pm.get_plugin(info.name) is None else None
-    try:
-        registered_as = pm.register(plugin, name=name)
-    except pluggy.PluginValidationError as e:
-        if pm.is_registered(plugin):
-            pm.unregister(plugin)
-        raise PluginError(
-            f"grain_core plugin {info.label} has a hook implementation whose signature does not "
-            f"match the hook: {' '.join(str(e).split())}. grain_core's hooks: {_hook_list()}."
-        ) from None
-    hooks = hook_signatures()
-    unknown = sorted(
-        caller.name
-        for caller in pm.get_hookcallers(plugin) or []
-        if not caller.has_spec()
-        and any(impl.plugin is plugin and not impl.optionalhook for impl in caller.get_hookimpls())
-    )
-    if unknown:
-        pm.unregister(plugin, registered_as)
-        hints = "".join(did_you_mean(u, hooks) for u in unknown)
-        raise PluginError(
-            f"grain_core plugin {info.label} implements {', '.join(map(repr, unknown))}, which is "
-            f"no grain_core hook.{hints} grain_core's hooks: {_hook_list()}."
-        )
-
-
-def _hook_list() -> str:
-    return ", ".join(f"{name}{sig}" for name, sig in sorted(hook_signatures().items()))
-
-
-def hook_signatures() -> dict[str, str]:
-    """Every hook grain_core declares, with its signature: ``{"register_sources": "(register)"}``."""
-    import inspect
-
-    return {
-        name: f"({', '.join(inspect.signature(fn).parameters)})"
-        for name, fn in vars(hookspecs).items()
-        if callable(fn) and hasattr(fn, f"{hookspecs.PROJECT_NAME}_spec")
-    }
