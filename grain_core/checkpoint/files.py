@@ -298,17 +298,20 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
     """
     current = iterator.get_state()
     mp_kind = "MultiprocessPrefetchDatasetIterator"
+    # What the file holds, read once here; the state goes on down (to the elastic conversion, or
+    # to set_state) only after.
+    saved_kind, current_kind = _kind(state), _kind(current)
     if is_grain_file(state):
         pass  # a state Grain wrote: set_state translates it (or refuses, saying what differs)
     elif (
         isinstance(state, Mapping)
         and isinstance(current, Mapping)
-        and _kind(current) != _kind(state)
-        and mp_kind in (_kind(current), _kind(state))
+        and current_kind != saved_kind
+        and mp_kind in (current_kind, saved_kind)
     ):
         # Another mp_prefetch worker count, 0 (in process) included: an elastic restore. An
         # mp_prefetch iterator converts in set_state; an in-process one is converted here.
-        if _kind(current) != mp_kind:
+        if current_kind != mp_kind:
             try:
                 state = elastic.adapt_state(iterator, state, where)
             except StateMismatchError as e:
@@ -316,11 +319,11 @@ def restore_iterator(iterator: Any, state: Any, where: str = "the checkpoint") -
                     f"{where} does not fit this iterator: {e} The iterator was left unchanged."
                 ) from e
     elif isinstance(current, (bytes, bytearray)) != isinstance(state, (bytes, bytearray)) or (
-        isinstance(state, Mapping) and _kind(current) != _kind(state)
+        isinstance(state, Mapping) and current_kind != saved_kind
     ):
         raise CheckpointPipelineMismatchError(
-            f"{where} holds the state of a {_kind(state)!r} iterator, but it is being restored into "
-            f"a {_kind(current)!r} iterator: it comes from a different pipeline. Restore it into an "
+            f"{where} holds the state of a {saved_kind!r} iterator, but it is being restored into "
+            f"a {current_kind!r} iterator: it comes from a different pipeline. Restore it into an "
             "iterator of the pipeline that saved it."
         )
     try:

@@ -341,7 +341,16 @@ def consumed_prefix(saved: Any, parts: tuple, target: ElasticTarget, where: str 
         )
     if saved.get("kind") != MP_KIND:
         return _chain_position(saved, parts, target, where)
+    if "num_workers" in saved and "workers" in saved:
+        return prefix_length(_worker_counts(saved, parts, target, where), "worker")
+    # A key is missing: the usual message says which. Last, after every reading above, so that the
+    # state goes down to the checks of grain_core.state once.
     _state.expect_state(saved, MP_KIND, ("num_workers", "workers"))
+    raise AssertionError("unreachable: expect_state refuses a lacking key")  # pragma: no cover
+
+
+def _worker_counts(saved: Mapping, parts: tuple, target: ElasticTarget, where: str) -> list[int]:
+    """How many elements of its share each worker of the ``mp_prefetch`` state ``saved`` returned."""
     k = int(saved["num_workers"])
     workers = saved["workers"]
     if not isinstance(workers, list) or len(workers) != k or k <= 0:
@@ -356,7 +365,7 @@ def consumed_prefix(saved: Any, parts: tuple, target: ElasticTarget, where: str 
                 entry["state"], _slice_parts(parts, w, k), target, f"{where}.workers[{w}].state"
             )
         counts.append(c)
-    return prefix_length(counts, "worker")
+    return counts
 
 
 def restore_state(saved: Any, target: ElasticTarget, what: str) -> Any:
@@ -373,7 +382,12 @@ def adapt_state(iterator: Any, state: Any, where: str = "This state") -> Any:
     """``state`` as ``iterator`` can take it: unchanged when it was saved with the iterator's own
     worker count, else (another ``mp_prefetch`` worker count, or in process vs. with workers) the
     state continuing exactly where ``state`` stopped. Raises :class:`NotElasticError` saying why
-    when that is undefined for the pipeline; ``StateMismatchError`` for another pipeline."""
+    when that is undefined for the pipeline; ``StateMismatchError`` for another pipeline. A state it
+    cannot read as one of these (not a dict, or neither an ``mp_prefetch`` nor an in-process chain
+    state) is returned unchanged: the iterator's own check (``set_state``; for a runtime's
+    consumer :func:`grain_core.runtime.round_robin.read_state`) refuses it with the usual message.
+    The saved state's own fields are read first and checked by :mod:`grain_core.state` last, so a
+    state goes down once: here, then to the checks."""
     if not isinstance(state, Mapping):
         return state
     saved_kind = state.get("kind")
@@ -382,24 +396,32 @@ def adapt_state(iterator: Any, state: Any, where: str = "This state") -> Any:
         k = iterator.num_workers  # type: ignore[attr-defined]
         if saved_kind == MP_KIND and saved == k:
             return state
-        if saved_kind != MP_KIND:
-            try:
-                leaf_state(state)
-            except _state.StateMismatchError:
-                _state.expect_state(state, MP_KIND)  # another pipeline: the usual message
-                raise
+        if saved_kind != MP_KIND and not _is_chain_state(state):
+            # Neither an mp_prefetch nor an in-process chain state: another pipeline's. Handed on
+            # as it is: the consumer's own check refuses it with the usual message.
+            return state
+        target = iterator.elastic_target()
         what = (
             f"{where} was saved with num_workers={saved} (0: in process) and is being restored "
             f"into an mp_prefetch iterator with num_workers={k}"
         )
-        return restore_state(state, iterator.elastic_target(), what)
-    if saved_kind != MP_KIND:
-        return state
-    current = iterator.get_state()
-    if isinstance(current, Mapping) and current.get("kind") == MP_KIND:
-        return state  # an iterator of another kind of runtime: its set_state decides
-    what = f"{where} was saved with mp_prefetch workers and is restored in process"
-    return restore_state(state, elastic_target(iterator), what)
+    else:
+        if saved_kind != MP_KIND:
+            return state
+        current = iterator.get_state()
+        if isinstance(current, Mapping) and current.get("kind") == MP_KIND:
+            return state  # an iterator of another kind of runtime: its set_state decides
+        target = elastic_target(iterator)
+        what = f"{where} was saved with mp_prefetch workers and is restored in process"
+    return restore_state(state, target, what)
+
+
+def _is_chain_state(state: Mapping) -> bool:
+    try:
+        leaf_state(state)
+    except _state.StateMismatchError:
+        return False
+    return True
 
 
 def process_state(iterator: Any, states: Sequence[Any], process_index: int, process_count: int) -> Any:

@@ -109,7 +109,8 @@ class RoundRobinConsumer(DatasetIterator):
     compares each worker state with that worker's fresh-iterator state
     (:func:`grain_core.state.check_same_pipeline`), so a state of another pipeline is refused before
     anything changes. A state saved with another worker count (or in process) is converted by
-    :func:`grain_core.dataset.elastic.adapt_state` where that is defined.
+    :func:`grain_core.dataset.elastic.adapt_state` where that is defined (inside
+    :func:`grain_core.runtime.round_robin.read_state`, which checks what comes back).
 
     An exception raised into ``next()`` (``KeyboardInterrupt``) leaves the iterator consistent:
     calling ``next()`` again continues with exactly the elements not yet returned.
@@ -458,8 +459,7 @@ class RoundRobinConsumer(DatasetIterator):
             state = _grain_states.from_grain_mp_state(
                 state, [self.template(i) for i in range(self._k)]
             )
-        state = elastic.adapt_state(self, state)
-        saved = round_robin.read_state(state, STATE_KIND, self._k, self.template)
+        saved = round_robin.read_state(state, STATE_KIND, self._k, self.template, elastic_for=self)
         gen = self._cursor.generation + 1
         views = tuple(
             _Worker(state=w.state, skip=w.skip, exhausted=w.exhausted, ended=w.exhausted)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from grain_core import state as _state
+from grain_core.dataset import elastic
 
 __all__ = ["MAX_SKIP", "RoundRobinState", "Share", "make_state", "read_state", "turn_after"]
 
@@ -81,12 +82,24 @@ def make_state(kind: str, next_worker: int, position: int, shares: Sequence[Shar
 
 
 def read_state(
-    state: Any, kind: str, k: int, template: Callable[[int], Any] | None = None
+    state: Any,
+    kind: str,
+    k: int,
+    template: Callable[[int], Any] | None = None,
+    *,
+    elastic_for: Any = None,
 ) -> RoundRobinState:
     """Checks ``state`` (written by :func:`make_state` with ``kind`` for ``k`` shares) and returns
     it; raises :class:`grain_core.state.StateMismatchError` saying what is wrong. ``template(j)``,
     when given, is share ``j``'s fresh-iterator state (None: unknown, not checked); each share's
-    saved state must be of the same pipeline."""
+    saved state must be of the same pipeline.
+
+    ``elastic_for``, when given, is the iterator that takes the state (a
+    :class:`grain_core.dataset.elastic.ElasticSource`): a state saved with another worker count (or in process) is first
+    converted for it by :func:`grain_core.dataset.elastic.adapt_state`, then checked here like any
+    other. One pass: the state goes down once -- here, to the elastic conversion, to the checks."""
+    if elastic_for is not None:
+        state = elastic.adapt_state(elastic_for, state)
     _state.expect_state(state, kind, ("num_workers", "next_worker", "workers"), num_workers=k)
     workers = state["workers"]
     nxt = state["next_worker"]
