@@ -11,7 +11,7 @@ nothing is read ahead in the background: the caller reads synchronous chunks its
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
 ``_SYNC_GROW_SECONDS``, and on while a chunk twice as large costs each element at most
 ``_SYNC_GAIN`` of what it cost before (a source with a high cost per call, such as ArrayRecord's
-reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_CHUNK`` elements and
+reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_SYNC_CHUNK`` and
 about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
@@ -86,6 +86,7 @@ _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
 _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
+_MAX_SYNC_CHUNK = 16384  # without threads (a shuffle's cipher costs per call: spread over more)
 _SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
 _SYNC_GAIN = 0.9  # ... or while doubling them cut the cost per element to at most this share
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
@@ -203,10 +204,10 @@ class PrefetchDatasetIterator(DatasetIterator):
         return items, t1 - t0, t1
 
     def _chunk_limit(self, ahead: bool) -> int:
-        """The most elements a chunk may hold: ``_MAX_CHUNK``, about ``CHUNK_BYTES`` bytes and,
-        with threads, the buffer (a chunk read when asked for) or half of it (a chunk read ahead,
-        so reading ahead overlaps consuming)."""
-        limit = _MAX_CHUNK
+        """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK`` (with threads ``_MAX_CHUNK``),
+        about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when asked for) or
+        half of it (a chunk read ahead, so reading ahead overlaps consuming)."""
+        limit = _MAX_SYNC_CHUNK if self._sync else _MAX_CHUNK
         if self._elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
