@@ -81,12 +81,23 @@ def _busy(self: Any, me: int, method: str, fn: Callable[..., Any], args: tuple) 
             if method == "__next__":
                 return owner.timed_next(fn, self)
             if method == "next_chunk":
-                return owner.timed_chunk(fn, self, *args)
-            return fn(self, *args)
+                return owner.timed_chunk(fn, self, args[0])
+            return _plain_call(fn, self, args)
         finally:
             self._grain_owner = owner
     _refuse(self, me, method)
-    return fn(self, *args)  # a nested call of the owner
+    return _plain_call(fn, self, args)  # a nested call of the owner
+
+
+def _plain_call(fn: Callable[..., Any], self: Any, args: tuple) -> Any:
+    """``fn(self, *args)`` without a star call for up to one argument: CPython 3.11 runs pending
+    signal handlers right after a star call returns, where a Ctrl-C would drop the element it
+    returned; a plain call of a Python function returns without that check."""
+    if not args:
+        return fn(self)
+    if len(args) == 1:
+        return fn(self, args[0])
+    return fn(self, *args)
 
 
 def stats_recorder(it: Any) -> Any:

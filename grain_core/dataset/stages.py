@@ -106,7 +106,23 @@ class SourceIterDataset(IterDataset[T]):
         super().__init__(())
 
 
-class OneParentIterator(DatasetIterator[T]):
+class _PositionedIterator(DatasetIterator[T]):
+    """The position hooks of the ready states of :class:`OneParentIterator` and
+    :class:`ManyParentIterator`: a stage's own state fields besides its parents' states."""
+
+    def position_fields(self) -> Mapping[str, StateField]:
+        """This stage's own state fields besides its parents' states (default: none)."""
+        return {}
+
+    def position_state(self) -> dict[str, Any]:
+        """The values of :meth:`position_fields` (default: none)."""
+        return {}
+
+    def restore_position(self, state: Mapping[str, Any]) -> None:
+        """Takes the values of :meth:`position_fields` from a checked ``state``."""
+
+
+class OneParentIterator(_PositionedIterator[T]):
     """An iterator reading one parent iterator (``parent``); implement ``__next__``.
 
     Its default state is ``{"kind", "parent": the parent's state, **position_state()}``: a stage
@@ -126,17 +142,6 @@ class OneParentIterator(DatasetIterator[T]):
         """The iterator this one reads."""
         return self.parents[0]
 
-    def position_fields(self) -> Mapping[str, StateField]:
-        """This stage's own state fields besides ``parent`` (default: none)."""
-        return {}
-
-    def position_state(self) -> dict[str, Any]:
-        """The values of :meth:`position_fields` (default: none)."""
-        return {}
-
-    def restore_position(self, state: Mapping[str, Any]) -> None:
-        """Takes the values of :meth:`position_fields` from a checked ``state``."""
-
     def get_state(self) -> dict[str, Any]:
         return _state.make_state(
             self.state_kind, parent=self.parent.get_state(), **self.position_state()
@@ -150,7 +155,7 @@ class OneParentIterator(DatasetIterator[T]):
         self.restore_position(state)
 
 
-class ManyParentIterator(DatasetIterator[T]):
+class ManyParentIterator(_PositionedIterator[T]):
     """An iterator reading several parent iterators.
 
     Its default state is ``{"kind", "parents": [parent states], **position_state()}``: a stage
@@ -164,17 +169,6 @@ class ManyParentIterator(DatasetIterator[T]):
         for p in parents:
             _check_parent(p, DatasetIterator, type(self).__name__)
         super().__init__(parents)
-
-    def position_fields(self) -> Mapping[str, StateField]:
-        """This stage's own state fields besides ``parents`` (default: none)."""
-        return {}
-
-    def position_state(self) -> dict[str, Any]:
-        """The values of :meth:`position_fields` (default: none)."""
-        return {}
-
-    def restore_position(self, state: Mapping[str, Any]) -> None:
-        """Takes the values of :meth:`position_fields` from a checked ``state``."""
 
     def get_state(self) -> dict[str, Any]:
         return _state.make_state(
