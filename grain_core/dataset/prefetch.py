@@ -225,9 +225,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         cost is spread). With threads, growing stops and halving starts at ``4 x
         _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline),
         unless doubling gained (or was never tried): a high-latency source (remote reads) gets
-        indices in bulk. Without threads the caller waits for every chunk anyway: a chunk that
-        still gains grows whatever it takes, and one that does not halves above
-        ``_MAX_CHUNK_SECONDS``."""
+        indices in bulk. Trying or gaining grows a chunk only while one takes under
+        ``_SLOW_MIN_SECONDS`` (a CPU-bound map's chunks settle near ``_MAX_CHUNK_SECONDS``)."""
         limit = self._chunk_limit(False)
         longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
         cost = seconds / max(elements, 1)
@@ -235,7 +234,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         half = self._sync_cost.get(elements // 2)
         gained = half is not None and cost <= _SYNC_GAIN * half
         explore = 2 * elements not in self._sync_cost
-        if seconds < _SYNC_GROW_SECONDS or gained or explore:
+        if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and seconds < _SLOW_MIN_SECONDS):
             self._sync_chunk = min(self._sync_chunk * 2, limit)
         elif seconds > longest:
             self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
