@@ -233,11 +233,22 @@ class IndexShuffle:
                 return x
 
     def _walk_int(self, x: int) -> int:
-        """Cycle-walks one index on Python ints: encrypts ``x`` until it is in range."""
+        """Cycle-walks one index on Python ints: encrypts ``x`` until it is in range (words of up
+        to 16 bits look the round function up in a list)."""
         w = self._half
         mask = (1 << w) - 1
         keys = self._int_keys
         top = self.max_index
+        if w <= _TABLE_WORD_BITS:
+            rf = _round_list(w)
+            while True:
+                left, right = (x >> w) & mask, x & mask  # a short block drops the top bit
+                for i in range(0, len(keys), 2):
+                    left ^= rf[right] ^ keys[i]
+                    right ^= rf[left] ^ keys[i + 1]
+                x = (left << w) | right
+                if x <= top:
+                    return x
         while True:
             left, right = (x >> w) & mask, x & mask
             for i in range(0, len(keys), 2):
@@ -252,6 +263,37 @@ class IndexShuffle:
             x = (left << w) | right
             if x <= top:
                 return x
+
+    def _map_words(self, flat: np.ndarray) -> np.ndarray:
+        """Cycle-walks an int64 index array whose words have at most 16 bits: the halves stay
+        split between passes (the cipher's own state), only the indices still walking go on, and
+        the last few walk one by one (a pass costs about the same for 3 indices as for 300)."""
+        w = self._half
+        f = _round_table(w)
+        keys = self._int_keys
+        top = self.max_index
+        out = np.empty_like(flat)
+        pending = np.arange(flat.size)
+        mask = (1 << w) - 1
+        lw = (flat >> w) & mask  # a short block drops the top bit
+        rw = flat & mask
+        while True:
+            for i in range(0, len(keys), 2):
+                lw ^= f.take(rw)
+                lw ^= keys[i]
+                rw ^= f.take(lw)
+                rw ^= keys[i + 1]
+            cur = lw << w
+            cur |= rw
+            walking = cur > top
+            out[pending] = cur  # final for the landed ones, overwritten later for the others
+            pending = pending[walking]
+            if pending.size <= _SCALAR_WALK:
+                break
+            lw, rw = lw[walking], rw[walking]
+        for p, c in zip(pending.tolist(), cur[walking].tolist()):
+            out[p] = self._walk_int(c)
+        return out
 
     def _map_array(self, indices: np.ndarray) -> np.ndarray:
         flat = np.asarray(indices).reshape(-1)
@@ -272,6 +314,8 @@ class IndexShuffle:
             return np.fromiter(
                 map(self._walk_int, flat.tolist()), dtype=np.int64, count=flat.size
             ).reshape(np.shape(indices))
+        if self._half <= _TABLE_WORD_BITS:
+            return self._map_words(flat.astype(np.int64)).reshape(np.shape(indices))
         cur = flat.astype(np.uint64)
         out = np.empty_like(cur)
         pending = np.arange(cur.size)
@@ -301,6 +345,12 @@ class IndexShuffle:
 
 
 _TABLE_WORD_BITS = 16  # words up to this wide use a table of the round function (512 KiB at most)
+
+
+@functools.cache
+def _round_list(w: int) -> list[int]:
+    """:func:`_round_table` as a list of Python ints (for walks on Python ints)."""
+    return _round_table(w).tolist()
 
 
 @functools.cache
