@@ -239,6 +239,16 @@ class IndexShuffle:
         mask = (1 << w) - 1
         keys = self._int_keys
         top = self.max_index
+        if w <= _KEYED_LIST_BITS:
+            fk = _keyed_round_lists(w, keys)  # round i's function xor its key
+            while True:
+                left, right = (x >> w) & mask, x & mask  # a short block drops the top bit
+                for i in range(0, len(fk), 2):
+                    left ^= fk[i][right]
+                    right ^= fk[i + 1][left]
+                x = (left << w) | right
+                if x <= top:
+                    return x
         if w <= _TABLE_WORD_BITS:
             rf = _round_list(w)
             while True:
@@ -265,9 +275,8 @@ class IndexShuffle:
                 return x
 
     def _map_words(self, flat: np.ndarray) -> np.ndarray:
-        """Cycle-walks an int64 index array whose words have at most 16 bits: the halves stay
-        split between passes (the cipher's own state), only the indices still walking go on, and
-        the last few walk one by one (a pass costs about the same for 3 indices as for 300)."""
+        """Cycle-walks int64 indices of <= 16-bit words: halves kept split between passes, only
+        the indices still walking go on, the last few one by one (a pass costs ~the same for 3 as 300)."""
         w = self._half
         f = _round_table(w)
         keys = self._int_keys
@@ -277,12 +286,18 @@ class IndexShuffle:
         mask = (1 << w) - 1
         lw = (flat >> w) & mask  # a short block drops the top bit
         rw = flat & mask
+        keyed = _keyed_round_tables(w, keys) if w <= _KEYED_TABLE_BITS else None
         while True:
-            for i in range(0, len(keys), 2):
-                lw ^= f.take(rw)
-                lw ^= keys[i]
-                rw ^= f.take(lw)
-                rw ^= keys[i + 1]
+            if keyed is not None:  # round i's function xor its key: one gather a round
+                for i in range(0, len(keyed), 2):
+                    lw ^= keyed[i].take(rw)
+                    rw ^= keyed[i + 1].take(lw)
+            else:
+                for i in range(0, len(keys), 2):
+                    lw ^= f.take(rw)
+                    lw ^= keys[i]
+                    rw ^= f.take(lw)
+                    rw ^= keys[i + 1]
             cur = lw << w
             cur |= rw
             walking = cur > top
@@ -345,6 +360,24 @@ class IndexShuffle:
 
 
 _TABLE_WORD_BITS = 16  # words up to this wide use a table of the round function (512 KiB at most)
+
+
+# Words up to this wide fold each round key into a copy of the round function (cache: 16 key sets)
+_KEYED_LIST_BITS = 10
+_KEYED_TABLE_BITS = 12
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed_round_lists(w: int, keys: tuple[int, ...]) -> tuple[list[int], ...]:
+    """Per round ``i``: the round function on every ``w``-bit word xor ``keys[i]``, as lists."""
+    return tuple(t.tolist() for t in _keyed_round_tables(w, keys))
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed_round_tables(w: int, keys: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """Per round ``i``: the round function on every ``w``-bit word xor ``keys[i]`` (int64)."""
+    f = _round_table(w)
+    return tuple(f ^ k for k in keys)
 
 
 @functools.cache
