@@ -135,6 +135,7 @@ class IndexShuffle:
         )
         self._table: np.ndarray | None = None
         self._walked = 0  # indices walked one by one before the table is built
+        self._fk: tuple[list[int], ...] | None = None  # keyed round lists of narrow words
 
     def _encrypt_array(self, x: np.ndarray) -> np.ndarray:
         """One pass of the cipher over a uint64 array (:meth:`_walk_int` is the same on one int).
@@ -204,7 +205,7 @@ class IndexShuffle:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_table"], state["_walked"] = None, 0  # derived data: rebuilt where it is used
+        state["_table"], state["_walked"], state["_fk"] = None, 0, None  # derived: rebuilt in use
         return state
 
     def _small_map(self, count: int) -> np.ndarray | None:
@@ -240,7 +241,9 @@ class IndexShuffle:
         keys = self._int_keys
         top = self.max_index
         if w <= _KEYED_LIST_BITS:
-            fk = _keyed_round_lists(w, keys)  # round i's function xor its key
+            if self._fk is None:  # round i's function xor its key, as lists
+                self._fk = tuple(t.tolist() for t in _keyed_round_tables(w, keys))
+            fk = self._fk
             while True:
                 left, right = (x >> w) & mask, x & mask  # a short block drops the top bit
                 for i in range(0, len(fk), 2):
@@ -365,12 +368,6 @@ _TABLE_WORD_BITS = 16  # words up to this wide use a table of the round function
 # Words up to this wide fold each round key into a copy of the round function (cache: 16 key sets)
 _KEYED_LIST_BITS = 10
 _KEYED_TABLE_BITS = 12
-
-
-@functools.lru_cache(maxsize=16)
-def _keyed_round_lists(w: int, keys: tuple[int, ...]) -> tuple[list[int], ...]:
-    """Per round ``i``: the round function on every ``w``-bit word xor ``keys[i]``, as lists."""
-    return tuple(t.tolist() for t in _keyed_round_tables(w, keys))
 
 
 @functools.lru_cache(maxsize=16)
