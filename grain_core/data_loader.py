@@ -432,11 +432,16 @@ class DataLoaderIterator:
             remaining, inner = dataloader_elastic.plan(self._loader, self._read_from, state)
             self._replace(None if remaining.is_whole else remaining, inner)
         except BaseException:
-            if target is not loader:  # back to the loader and position it had
-                self._switch_loader(loader)
-                if before is not None and self._it is not None:
-                    self._it.set_state(before)
+            self._roll_back(target, loader, before)
             raise
+
+    def _roll_back(self, switched_to: Any, loader: Any, before: Any) -> None:
+        """After a refused restore: back to ``loader`` (if the restore had switched to another
+        loader) and to the position ``before`` it had."""
+        if switched_to is not loader:
+            self._switch_loader(loader)
+            if before is not None and self._it is not None:
+                self._it.set_state(before)
 
     def _replace(self, remaining: Any, inner: Any) -> None:
         """Continues at ``inner`` (None: the start) of the pipeline over ``remaining``; a state
@@ -504,10 +509,7 @@ class DataLoaderIterator:
                 self._replace(None, None)
             self._it.set_state(inner)
         except BaseException:
-            if exact is not loader:  # back to the loader and position it had
-                self._switch_loader(loader)
-                if before is not None and self._it is not None:
-                    self._it.set_state(before)
+            self._roll_back(exact, loader, before)
             raise
 
     def start_prefetch(self) -> None:
