@@ -45,20 +45,12 @@ def _restore(name, state=None):
     return it
 
 
-def _rest(it):
-    try:
-        return [cases.to_json(x) for x in it]
-    finally:
-        if hasattr(it, "close"):
-            it.close()
-
-
 @pytest.mark.parametrize("name", SWITCHING)
 def test_a_grain_state_switches_a_correct_mode_pipeline_to_grains_data(name, caplog):
     assert grain.config.grain_exact is False
     with caplog.at_level(logging.WARNING, logger="grain_core.dataset.grain_exact_switch"):
         it = _restore(name)
-        assert _rest(it) == RECORDED["cases"][name]["after"]
+        assert cases.rest(it) == RECORDED["cases"][name]["after"]
     if "mp_prefetch" not in name:  # the workers log it in their own processes
         text = caplog.text
         assert "written by google grain" in text and "Grain-exact mode" in text
@@ -81,7 +73,7 @@ def test_a_switched_iterators_state_switches_a_fresh_iterator_and_a_correct_stat
     saved = it.get_state()
     assert saved["from_grain"] is True
     assert not any("data_mode" in s for s in saved["stages"])
-    assert _rest(_restore(name, saved)) == RECORDED["cases"][name]["after"][1:]
+    assert cases.rest(_restore(name, saved)) == RECORDED["cases"][name]["after"][1:]
     with grain.config.override(grain_exact=False):  # opted out: refused too
         with pytest.raises(DataModeError, match="set to False explicitly"):
             _restore(name, saved)
@@ -121,7 +113,7 @@ def test_a_switched_mp_prefetch_state_restores_into_a_fresh_pipeline():
         saved = it.get_state()
     finally:
         it.close()
-    assert [first] + _rest(_restore(name, saved)) == RECORDED["cases"][name]["after"]
+    assert [first] + cases.rest(_restore(name, saved)) == RECORDED["cases"][name]["after"]
 
 
 class _Stubborn(grain.MapDataset):

@@ -70,3 +70,12 @@ def to_json(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return json.loads(json.dumps(value))
+
+
+def rest(it: Any) -> list:
+    """The rest of iterator ``it`` as JSON, closing it afterwards."""
+    try:
+        return [to_json(x) for x in it]
+    finally:
+        if hasattr(it, "close"):
+            it.close()

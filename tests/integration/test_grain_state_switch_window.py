@@ -31,14 +31,6 @@ def _restore(state):
     return it
 
 
-def _rest(it):
-    try:
-        return [cases.to_json(x) for x in it]
-    finally:
-        if hasattr(it, "close"):
-            it.close()
-
-
 def test_a_grain_state_switches_the_partial_window_to_grains_data(caplog):
     assert grain.config.grain_exact is False
     correct = [cases.to_json(x) for x in cases.make("window_partial", grain, gp)]
@@ -46,10 +38,10 @@ def test_a_grain_state_switches_the_partial_window_to_grains_data(caplog):
         it = _restore(CASE["state"])
     assert "WindowShuffleMapDataset" in caplog.text and "Grain-exact mode" in caplog.text
     saved = it.get_state()
-    rest = _rest(it)
+    rest = cases.rest(it)
     assert rest == CASE["after"]
     assert saved["from_grain"] is True
-    assert _rest(_restore(saved)) == CASE["after"]  # its own state switches a fresh iterator too
+    assert cases.rest(_restore(saved)) == CASE["after"]  # its own state switches a fresh iterator too
     # The dataset as built keeps correct mode: every epoch a permutation of its elements.
     assert sorted(correct) == sorted(list(range(10)) * 2)
 
@@ -58,7 +50,7 @@ def test_built_in_grain_exact_mode_reads_grains_data_without_switching(caplog):
     with grain.config.override(grain_exact=True):
         with caplog.at_level(logging.WARNING, logger="grain_core.dataset.grain_exact_switch"):
             it = _restore(CASE["state"])
-        assert _rest(it) == CASE["after"]
+        assert cases.rest(it) == CASE["after"]
     assert not caplog.text
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import fsspec
 import numpy as np
 import pytest
-from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
+from array_record.python.array_record_module import ArrayRecordWriter
 from grain_plugin_arrayrecord import ArrayRecordDataSource, RecordReadError, remote, riegeli
+from test_remote import _reference
 
 import grain_core as grain
 from grain_core.testing.servers import GCSServer, RangeHTTPServer
@@ -29,14 +30,6 @@ def files(tmp_path_factory):
         w.close()
         names.append(name)
     return d, names
-
-
-def _reference(path) -> list[bytes]:
-    r = ArrayRecordReader(str(path))
-    try:
-        return r.read(list(range(r.num_records())))
-    finally:
-        r.close()
 
 
 def test_records_of_several_files_are_one_concurrent_batch(files, monkeypatch):
