@@ -1,5 +1,4 @@
-"""``MapDataset.to_iter_dataset``: reading a ``MapDataset`` in order, chunk by chunk, optionally in
-background threads.
+"""``MapDataset.to_iter_dataset``: reading a ``MapDataset`` in order, in chunks, maybe in threads.
 
 Elements are read in chunks of consecutive indices with ``__getitems__`` (so sources read in bulk),
 never one element per call. The chunk size adapts to how long chunks take and to how many bytes an
@@ -14,8 +13,9 @@ elements after a (re)start (the first element comes at once), doubling while a c
 reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_SYNC_CHUNK`` and
 about ``CHUNK_BYTES`` bytes.
 
-With threads and a buffer, at most ``prefetch_buffer_size`` elements are in flight, counting the
-unreturned rest of the chunk being consumed, and each chunk holds at most about ``CHUNK_BYTES``.
+With threads and a buffer, at most ``prefetch_buffer_size`` elements (or two calls of a source's
+``bulk_read_size``: ``bulk_reads``) are in flight, counting the unreturned rest of the chunk being
+consumed, and each chunk holds at most about ``CHUNK_BYTES``.
 Reading ahead queues a chunk only when the buffer has room for all of it, and at most ``2 x
 num_threads`` chunks: topping the buffer up by the few elements just consumed would keep every
 later chunk that small (a high-latency source would get one index per call).
@@ -71,6 +71,7 @@ from typing import Any
 from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
+from grain_core.dataset.bulk_reads import bulk_floor, declared_bulk_size
 from grain_core.dataset.chunking import CHUNK_BYTES
 from grain_core.dataset.filter_ratio import FilterRatioCheck
 from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
@@ -134,13 +135,11 @@ class PrefetchDatasetIterator(DatasetIterator):
 
     def __init__(self, ds: MapDataset, read_options: ReadOptions, allow_nones: bool):
         super().__init__()
-        self._full_ds = ds
-        self._read_options = read_options
-        self._allow_nones = allow_nones
+        self._full_ds, self._read_options, self._allow_nones = ds, read_options, allow_nones
         # No background read-ahead without threads or without a buffer: synchronous chunks.
         self._sync = not (read_options.num_threads and read_options.prefetch_buffer_size)
         self._filter_check = FilterRatioCheck("to_iter_dataset")
-        self._elem_bytes = 0  # bytes of a recently read element (0: not known yet)
+        self._elem_bytes = self._floor = 0  # bytes of a recent element (0: unknown); bulk_reads
         self._typical_seconds = 0.0  # how long a chunk recently took
         # With threads: whether the pool reads ahead or only the chunk asked for (see
         # read_policy). A private hook: tests replace it with a policy of scripted decisions.
@@ -153,7 +152,7 @@ class PrefetchDatasetIterator(DatasetIterator):
     def _configure(self, ds: MapDataset, built: MapDataset | None = None) -> None:
         self._ds = ds
         self._built = ds if built is None else built  # ds unless switched to Grain's data
-        self._len = len(ds)
+        self._len, self._bulk = len(ds), declared_bulk_size(ds)
         self._fingerprint = map_fingerprint(ds)
         self._stages = stage_descriptions(ds)
         self._next_index = 0
@@ -211,7 +210,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         if self._elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
-            budget = self._read_options.prefetch_buffer_size
+            budget = max(self._read_options.prefetch_buffer_size, 2 * self._floor)
             limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
 
@@ -240,6 +239,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
         else:
             self._sync_chunk = min(self._sync_chunk, limit)
+        self._sync_chunk = max(self._sync_chunk, min(self._floor, limit))  # a bulk source's floor
 
     def _adapt(self, seconds: float, pool_seconds: float, elements: int) -> None:
         """Resizes pool chunks from how long the last one (``elements`` elements) took on its own
@@ -272,6 +272,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             self._chunk = max(1, self._chunk // 2)
         else:
             self._chunk = min(self._chunk, limit)
+        self._chunk = max(self._chunk, min(self._floor, limit))  # a bulk source's floor
 
     def _reads_ahead(self) -> bool:
         """Whether chunks go to the pool ahead of the consumer: with threads and a buffer, after
@@ -292,7 +293,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         read ahead before are consumed): read by the caller without threads or after a
         (re)start, else by a pool thread while the caller waits (so a slow element still does not
         hold back finished ones)."""
-        budget = self._read_options.prefetch_buffer_size
+        budget = max(self._read_options.prefetch_buffer_size, 2 * self._floor)  # see bulk_reads
         ahead = self._reads_ahead()
         in_flight = len(self._current) - self._current_pos
         in_flight += sum(stop - start for start, stop, _, _ in self._buffer)
@@ -368,6 +369,8 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not lazy:
             if items:
                 self._elem_bytes = tree.nbytes(items[0]) or self._elem_bytes
+                cap = _MAX_SYNC_CHUNK if self._sync else _MAX_CHUNK  # a bulk source's floor:
+                self._floor = bulk_floor(self._bulk, max(self._elem_bytes, 1), cap)
             if sizes_pool:
                 self._adapt(seconds, pool_seconds, len(items))
             if not ahead:
@@ -584,7 +587,6 @@ class _LazyChunk:
             raise
         self._read[pos] = x
         return x
-
 
 
 def _nones_in(items: list[Any]) -> Callable[[int, int], int]:

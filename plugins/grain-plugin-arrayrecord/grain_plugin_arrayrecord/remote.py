@@ -33,7 +33,13 @@ import numpy as np
 from grain_core.author import RetryPolicy, file_size, read_ranges
 from grain_plugin_arrayrecord import riegeli
 
-__all__ = ["CHUNK_CACHE_BYTES", "INDEX_CACHE_BYTES", "ChunkReadError", "RemoteReader"]
+__all__ = [
+    "BULK_READ_SIZE",
+    "CHUNK_CACHE_BYTES",
+    "INDEX_CACHE_BYTES",
+    "ChunkReadError",
+    "RemoteReader",
+]
 
 INDEX_CACHE_BYTES = 256 << 20
 CHUNK_CACHE_BYTES = 64 << 20
@@ -43,6 +49,9 @@ CONCURRENCY = 128
 MAX_GAP = 64 << 10
 MAX_REQUEST = 8 << 20
 MAX_INFLIGHT = 64 << 20
+#: ``ArrayRecordDataSource.bulk_read_size`` over remote files: a shuffled call this large costs
+#: about one round trip (its ranges are in flight together and nearby ones coalesce).
+BULK_READ_SIZE = 1024
 
 
 class ChunkReadError(riegeli.ArrayRecordFormatError):

@@ -29,7 +29,7 @@ from grain_core.author import (
     is_local,
     resolve_filesystem,
 )
-from grain_plugin_arrayrecord.remote import ChunkReadError, RemoteReader, read_many
+from grain_plugin_arrayrecord.remote import BULK_READ_SIZE, ChunkReadError, RemoteReader, read_many
 
 __all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike", "RecordReadError"]
 
@@ -245,6 +245,13 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
     #: one instead of a list of Python ints).
     getitems_takes_arrays = True
 
+    @property
+    def bulk_read_size(self) -> int:
+        """Indices per ``__getitems__`` call that amortise a remote round trip
+        (``remote.BULK_READ_SIZE`` when a file is remote, else 0): ``to_iter_dataset`` reads chunks
+        of at least this many indices (see ``grain_core.dataset.bulk_reads``)."""
+        return BULK_READ_SIZE if self._remote else 0
+
     def __init__(
         self,
         paths: PathOrInstruction | Sequence[PathOrInstruction],
@@ -296,6 +303,7 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                     f"got {type(item).__name__}."
                 )
         self._files = files
+        self._remote = not all(is_local(p, filesystem) and not p.startswith("file://") for p in files)
         self._given_counts = counts
         self._skips = np.asarray(skips, dtype=np.int64)
         self._reader_options = _options_string(reader_options)

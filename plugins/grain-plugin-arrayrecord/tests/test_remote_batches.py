@@ -111,3 +111,30 @@ def test_gcs_emulator_reads_every_record_like_array_record(files):
         assert src.__getitems__(order) == [expected[i] for i in order]
         ds = grain.MapDataset.source(src).seed(5).shuffle().to_iter_dataset()
         assert sorted(ds) == sorted(expected)
+
+
+def test_a_remote_pipeline_reads_in_bulk_calls(files, monkeypatch):
+    """Remote files declare ``bulk_read_size`` (local ones do not), so a shuffled pipeline with
+    default ``ReadOptions`` gives the reader calls of ``remote.BULK_READ_SIZE`` indices (capped by
+    the epoch), with the same records in the same order as over the local files."""
+    d, names = files
+    local = ArrayRecordDataSource([str(d / n) for n in names])
+    assert local.bulk_read_size == 0
+    sizes: list[int] = []
+    real = ArrayRecordDataSource.__getitems__
+
+    def counted(self, keys):
+        sizes.append(len(keys))
+        return real(self, keys)
+
+    with RangeHTTPServer(d) as server:
+        src = ArrayRecordDataSource([f"{server.url}/{n}" for n in names])
+        assert src.bulk_read_size == remote.BULK_READ_SIZE
+        monkeypatch.setattr(ArrayRecordDataSource, "__getitems__", counted)
+        for options in (grain.ReadOptions(), grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)):
+            want = list(grain.MapDataset.source(local).seed(3).shuffle().to_iter_dataset(options))
+            sizes.clear()
+            got = list(grain.MapDataset.source(src).seed(3).shuffle().to_iter_dataset(options))
+            assert got == want
+            # the first call is one index (it learns the record size), the second the rest (119)
+            assert sizes == [1, len(src) - 1], sizes

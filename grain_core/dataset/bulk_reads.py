@@ -1,0 +1,56 @@
+"""Sources that declare ``bulk_read_size``: how ``to_iter_dataset`` gives them their indices.
+
+A random-access source may declare an integer attribute ``bulk_read_size`` (class attribute or
+property; 0 or absent: no declaration). It says that one ``__getitems__`` call of that many indices
+costs about as much as one of a few indices: the call's cost is a round trip (a remote reader that
+makes one call's reads concurrent and coalesces nearby byte ranges), not the indices. Measuring
+chunk times cannot see that reliably: on a loaded machine, or with several threads' calls sharing
+one event loop, a call's time reflects everyone's queue rather than its own size.
+
+``to_iter_dataset`` (``prefetch.PrefetchDatasetIterator``) then, once it knows an element's size
+(after the first chunk of a (re)start, which stays small so the first element comes after one
+round trip), reads chunks of at least :func:`bulk_floor` indices: the declared size, at most
+``CHUNK_BYTES`` of elements and at most the iterator's chunk cap. With threads and a buffer it may
+hold ``max(prefetch_buffer_size, 2 x floor)`` elements read ahead (two such calls in flight), so the
+memory read ahead stays below ``max(prefetch_buffer_size elements, 2 x CHUNK_BYTES)``. What is read
+and when changes; which elements come out, their order and the state do not.
+
+The declaration is found through the ``MapDataset`` stages above the source (map, shuffle, slice,
+filter, ...): the largest declaration of the sources under the stage is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grain_core.dataset.chunking import CHUNK_BYTES
+
+__all__ = ["bulk_floor", "declared_bulk_size"]
+
+_MAX_DEPTH = 10_000  # stages walked at most (a pipeline is far shallower; a cycle cannot loop)
+
+
+def declared_bulk_size(ds: Any) -> int:
+    """The largest ``bulk_read_size`` declared by a source under ``ds`` (0 when none does)."""
+    best, todo, seen = 0, [ds], 0
+    while todo and seen < _MAX_DEPTH:
+        node = todo.pop()
+        seen += 1
+        parents = tuple(getattr(node, "parents", ()) or ())
+        if parents:
+            todo.extend(parents)
+            continue
+        source = getattr(node, "source", None)
+        size = getattr(source, "bulk_read_size", 0) if source is not None else 0
+        if isinstance(size, int) and not isinstance(size, bool) and size > best:
+            best = size
+    return best
+
+
+def bulk_floor(declared: int, elem_bytes: int, cap: int) -> int:
+    """The fewest indices a chunk gets for a source that declared ``declared`` (0: no floor):
+    at most ``cap`` and ``CHUNK_BYTES`` of elements of ``elem_bytes`` bytes; 0 while an element's
+    size is not known yet (``elem_bytes`` 0)."""
+    if declared <= 0 or elem_bytes <= 0:
+        return 0
+    return max(1, min(declared, cap, CHUNK_BYTES // elem_bytes))

@@ -1,0 +1,120 @@
+"""A source that declares ``bulk_read_size`` (a remote reader, whose call costs a round trip
+whatever its size) gets calls of at least that many indices from ``to_iter_dataset``, with default
+``ReadOptions`` and without threads, and the same elements, order and state as any source
+(``grain_core.dataset.bulk_reads``). Nothing here depends on timing: the floor is not measured.
+
+Before, calls were sized by measuring chunk times alone: with threads they stopped at the buffer
+(500, or one thread's share of it, 31), without threads they wandered down whenever a doubling
+looked no cheaper on a loaded machine."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import grain_core as grain
+from grain_core.dataset import bulk_reads
+from grain_core.dataset.chunking import CHUNK_BYTES
+
+pytestmark = pytest.mark.timeout(300)
+
+N = 10_000
+BULK = 1024
+
+
+class BulkSource:
+    """Records the size of every ``__getitems__`` call; ``bulk_read_size`` as given."""
+
+    def __init__(self, n: int, bulk: int = BULK, payload: int = 0):
+        self._n, self.bulk_read_size, self._payload = n, bulk, payload
+        self.sizes: list[int] = []
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return self._n
+
+    def _one(self, i: int):
+        return (int(i), b"x" * self._payload) if self._payload else int(i)
+
+    def __getitem__(self, i):
+        return self._one(i)
+
+    def __getitems__(self, indices):
+        out = [self._one(i) for i in indices]
+        with self._lock:
+            self.sizes.append(len(out))
+        return out
+
+
+OPTIONS = {
+    "default": grain.ReadOptions(),
+    "no threads": grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
+    "threads, no buffer": grain.ReadOptions(num_threads=4, prefetch_buffer_size=0),
+    "small buffer": grain.ReadOptions(num_threads=2, prefetch_buffer_size=8),
+}
+
+
+def _pipeline(src, options):
+    return grain.MapDataset.source(src).seed(7).shuffle().map(lambda x: x).to_iter_dataset(options)
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_calls_hold_at_least_the_declared_size_and_output_is_unchanged(name):
+    src = BulkSource(N)
+    got = list(_pipeline(src, OPTIONS[name]))
+    assert got == list(_pipeline(BulkSource(N, bulk=0), OPTIONS[name]))
+    # The first call stays small (the first element after one round trip; it also tells the
+    # element's size); every later call but the last (the rest of the epoch) has the floor.
+    middle = src.sizes[1:-1]
+    assert middle and min(middle) >= BULK, src.sizes
+    assert sum(src.sizes) == N
+
+
+def test_with_threads_calls_reach_the_floor_even_above_the_buffer():
+    src = BulkSource(N)
+    list(_pipeline(src, grain.ReadOptions()))  # buffer 500 < 1024
+    assert max(src.sizes) == BULK, src.sizes  # capped by the threaded chunk cap (1,024)
+    assert len(src.sizes) <= 2 + N // BULK
+
+
+@pytest.mark.parametrize("name", ["default", "no threads"])
+def test_restore_continues_exactly(name):
+    options = OPTIONS[name]
+    reference = list(_pipeline(BulkSource(N, bulk=0), options))
+    it = iter(_pipeline(BulkSource(N), options))
+    head = [next(it) for _ in range(1500)]
+    state = it.get_state()
+    fresh = iter(_pipeline(BulkSource(N), options))
+    fresh.set_state(state)
+    assert head + list(fresh) == reference
+
+
+def test_the_floor_keeps_chunks_within_chunk_bytes():
+    payload = 64 << 10  # 64 KiB elements: 1,024 of them would be 64 MiB
+    src = BulkSource(600, payload=payload)
+    got = [x[0] for x in _pipeline(src, grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))]
+    assert sorted(got) == list(range(600))
+    cap = CHUNK_BYTES // payload
+    assert max(src.sizes[1:]) <= cap + 1, src.sizes  # + 1: the element's own overhead rounding
+    assert min(src.sizes[1:-1]) >= cap // 2, src.sizes
+
+
+def test_the_declaration_is_found_through_stages():
+    plain = grain.MapDataset.source(list(range(10)))
+    bulk = grain.MapDataset.source(BulkSource(10, bulk=300))
+    assert bulk_reads.declared_bulk_size(plain) == 0
+    assert bulk_reads.declared_bulk_size(bulk.map(lambda x: x).slice(slice(1, None))) == 300
+    mixed = grain.MapDataset.mix([plain, bulk])
+    assert bulk_reads.declared_bulk_size(mixed) == 300
+    odd = BulkSource(10)
+    odd.bulk_read_size = "many"  # not an int: ignored
+    assert bulk_reads.declared_bulk_size(grain.MapDataset.source(odd)) == 0
+
+
+def test_bulk_floor():
+    assert bulk_reads.bulk_floor(0, 100, 1024) == 0
+    assert bulk_reads.bulk_floor(1024, 0, 1024) == 0  # element size not known yet
+    assert bulk_reads.bulk_floor(4096, 100, 1024) == 1024
+    assert bulk_reads.bulk_floor(1024, CHUNK_BYTES, 1024) == 1
+    assert bulk_reads.bulk_floor(512, 1, 16384) == 512
