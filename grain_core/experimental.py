@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from grain_core.dataset.apply import apply_transformations
 from grain_core.dataset.batch_ops import FlatMapIterDataset, LimitIterDataset
+from grain_core.dataset.batching import batch_and_pad
 from grain_core.dataset.iter_ops import WithOptionsIterDataset
-from grain_core.dataset.map_ops import FlatMapMapDataset, ZipMapDataset, batch_and_pad
+from grain_core.dataset.map_ops import FlatMapMapDataset, ZipMapDataset
 from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.reshape_ops import RebatchIterDataset, RepeatIterDataset, ZipIterDataset
 from grain_core.lazy import lazy_module_attrs

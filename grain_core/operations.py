@@ -38,7 +38,7 @@ from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core import tree
 from grain_core.dataset.base import IterDataset
-from grain_core.dataset.map_ops import stack_batch
+from grain_core.dataset.batching import stack_batch
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.records import Record
 from grain_core.state import StateField

@@ -8,9 +8,9 @@ from typing import Any
 from grain_core import state as _state
 from grain_core import transforms as tr
 from grain_core.dataset.base import IterDataset
+from grain_core.dataset.batching import stack_batch
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.chunking import can_unread, unread
-from grain_core.dataset.map_ops import stack_batch
 from grain_core.dataset.next_index import get_next_index, set_next_index
 from grain_core.dataset.stages import OneParentIterator, OneParentIterDataset
 from grain_core.state import StateField

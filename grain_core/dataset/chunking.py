@@ -26,12 +26,31 @@ __all__ = [
     "give_back_inflight",
     "mix_chunk",
     "mix_unread",
+    "source_fan_in",
     "unread",
 ]
 
 CHUNK_BYTES = 4 << 20
 """A chunk holds about this many bytes at most (at least one element), as measured by
 :func:`grain_core.tree.nbytes`."""
+
+
+def source_fan_in(ds: Any) -> int:
+    """How many source elements one element of the ``MapDataset`` ``ds`` reads at most: the
+    product of the ``reads_per_element`` (a batch's size; 1 when absent) of the stages on its
+    longest path down to a source. ``to_iter_dataset`` without threads divides its chunk cap by
+    it, so a chunk of batches makes no more Python objects than a chunk of elements (larger
+    chunks spill the CPU caches: measured ~180 -> ~230 ns an element at 32x the elements)."""
+    best, todo, seen = 1, [(ds, 1)], 0
+    while todo and seen < 10_000:  # a pipeline is far shallower; a cycle cannot loop
+        node, fan = todo.pop()
+        seen += 1
+        per = getattr(node, "reads_per_element", 1)
+        fan *= per if isinstance(per, int) and per > 1 else 1
+        parents = tuple(getattr(node, "parents", ()) or ())
+        todo.extend((p, fan) for p in parents)
+        best = max(best, fan)
+    return best
 
 
 def can_unread(it: DatasetIterator) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,8 +14,8 @@ from grain_core import global_config as _config
 from grain_core import seeds as _seeds
 from grain_core import shuffle_cipher as _cipher
 from grain_core import transforms as tr
-from grain_core import tree
 from grain_core.dataset.base import MapDataset
+from grain_core.dataset.batching import stack_batch, stack_batches
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.seed_lineage import SeedLineage
 from grain_core.dataset.sequential import even_split
@@ -396,41 +396,6 @@ class FilterMapDataset(_OneToOneMapDataset):
         return [x if x is not None and fn(x) else None for x in self._parent.__getitems__(indices)]
 
 
-def stack_batch(elements: Sequence[Any], batch_fn: Callable[[Sequence[Any]], Any] | None) -> Any:
-    """Stacks ``elements`` with ``batch_fn`` or, by default, leafwise along a new axis."""
-    if batch_fn is not None:
-        return batch_fn(elements)
-    first = elements[0]
-    if isinstance(first, (int, float, np.number)) and not isinstance(first, bool):
-        try:
-            return np.asarray(elements)
-        except ValueError:
-            pass
-    return tree.stack(elements)
-
-
-def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:
-    """Stacks ``values`` leafwise and pads the batch with ``pad_value`` rows up to ``batch_size``;
-    pass it as ``batch_fn`` (with ``functools.partial``) to keep a smaller last batch at full shape
-    instead of dropping it."""
-    batch_size = tr.check_batch_size(batch_size)
-    if not values:
-        raise ValueError("Cannot batch 0 values.")
-    if len(values) > batch_size:
-        raise ValueError(f"batch_and_pad got {len(values)} values for batch_size={batch_size}.")
-    stacked = stack_batch(values, None)
-    missing = batch_size - len(values)
-    if not missing:
-        return stacked
-
-    def pad(leaf: Any) -> np.ndarray:
-        leaf = np.asarray(leaf)
-        filler = np.full((missing, *leaf.shape[1:]), pad_value, dtype=leaf.dtype)
-        return np.concatenate([leaf, filler])
-
-    return tree.map_structure(pad, stacked)
-
-
 class BatchMapDataset(MapDataset):
     """Consecutive elements of each epoch, ``batch_size`` at a time; ``None`` elements are dropped."""
 
@@ -448,6 +413,11 @@ class BatchMapDataset(MapDataset):
 
     def __len__(self):
         return self._len
+
+    @property
+    def reads_per_element(self) -> int:
+        """Parent elements one batch reads at most (see ``chunking.source_fan_in``)."""
+        return self._bs
 
     def fingerprint_fields(self):
         return {"batch_size": self._bs, "drop_remainder": self._drop}
@@ -479,6 +449,8 @@ class BatchMapDataset(MapDataset):
             return []
         flat, sizes = self._parent_indices(idx)
         items = self._parent.__getitems__(flat)
+        if len([x for x in items if x is not None]) == len(items):  # one pass; no None to drop
+            return stack_batches(items, sizes.tolist(), self._batch_fn)
         out, pos = [], 0
         for s in sizes.tolist():
             out.append(self._make(items[pos : pos + s]))

@@ -72,7 +72,7 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.bulk_reads import bulk_floor, declared_bulk_size
-from grain_core.dataset.chunking import CHUNK_BYTES
+from grain_core.dataset.chunking import CHUNK_BYTES, source_fan_in
 from grain_core.dataset.filter_ratio import FilterRatioCheck
 from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
 from grain_core.dataset.grain_exact_switch import pipeline_for_state
@@ -153,7 +153,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._ds = ds
         self._built = ds if built is None else built  # ds unless switched to Grain's data
         self._len, self._bulk = len(ds), declared_bulk_size(ds)
-        self._fingerprint = map_fingerprint(ds)
+        self._fingerprint, self._fan_in = map_fingerprint(ds), source_fan_in(ds)
         self._stages = stage_descriptions(ds)
         self._next_index = 0
         self._reset_buffer()
@@ -203,10 +203,10 @@ class PrefetchDatasetIterator(DatasetIterator):
         return items, t1 - t0, t1
 
     def _chunk_limit(self, ahead: bool) -> int:
-        """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK`` (with threads ``_MAX_CHUNK``),
-        about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when asked for) or
-        half of it (a chunk read ahead, so reading ahead overlaps consuming)."""
-        limit = _MAX_SYNC_CHUNK if self._sync else _MAX_CHUNK
+        """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
+        ``_MAX_CHUNK``), about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when
+        asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming)."""
+        limit = max(1, _MAX_SYNC_CHUNK // self._fan_in) if self._sync else _MAX_CHUNK
         if self._elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
