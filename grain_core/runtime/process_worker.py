@@ -6,7 +6,7 @@ environment (:func:`restore_environment`, then ``WorkerEnvironment.apply``), arr
 its consumer, and runs :class:`~grain_core.runtime.worker.WorkerLoop` over a pipe endpoint that
 sends :class:`~grain_core.runtime.messages.Elements` as :class:`ShmElements` (elements in pooled
 shared memory, :mod:`grain_core.runtime.shm`) and reads :class:`CreditRecord` s from the credit
-pipe. The contract is in the docstring of :mod:`grain_core.runtime.processes` and in
+channel (:mod:`grain_core.runtime.credits`). The contract is in the docstring of :mod:`grain_core.runtime.processes` and in
 ``docs/runtime.md``.
 """
 
@@ -18,7 +18,6 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
-import struct
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from grain_core import tree
 from grain_core.runtime import shm
+from grain_core.runtime.credits import CreditReceiver, CreditRecord
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import Consumed, Elements, Mark
 from grain_core.runtime.waiting import Poller
@@ -67,31 +67,11 @@ class ShmElements:
 
 
 @dataclasses.dataclass(frozen=True)
-class CreditRecord:
-    """Consumer -> worker on the credit pipe, packed as two little-endian int64 (16 bytes, one
-    ``os.write``): ``(generation, elements)`` is :class:`Consumed`; ``(-1, messages)`` says the
-    consumer has copied out ``messages`` element messages (absolute), so their segments are free."""
-
-    generation: int
-    count: int
-
-    FORMAT = struct.Struct("<qq")
-    RELEASED = -1
-
-    def pack(self) -> bytes:
-        return self.FORMAT.pack(self.generation, self.count)
-
-
-_RECORD_SIZE = CreditRecord.FORMAT.size
-_READ_RECORDS = _RECORD_SIZE * 4096
-
-
-@dataclasses.dataclass(frozen=True)
 class Boot:
     """The one argument of a worker process."""
 
     conn: Any
-    credits: Any  # the read end of the credit pipe (a one-way Connection; read as a raw fd)
+    credits: Any  # the worker's end of the credit channel (a socket, grain_core.runtime.credits)
     index: int
     job: WorkerJob
     prefix: str
@@ -113,14 +93,12 @@ class _WorkerEndpoint:
         self.sent_messages = 0
         self.lock = threading.Lock()
         self.consumer_pid = boot.consumer_pid
-        self.credit_fd = boot.credits.fileno()
-        # Both pipes, waited on together for every command (grain_core.runtime.waiting).
+        self.credits = CreditReceiver(boot.credits)
+        # Both channels, waited on together for every command (grain_core.runtime.waiting).
         self.poller = Poller()
         self.conn_key = self.poller.register(boot.conn)
-        self.credit_key = self.poller.register(boot.credits)
-        os.set_blocking(self.credit_fd, False)
+        self.credit_key = self.poller.register(self.credits)
         self.credits_in: collections.deque[Consumed] = collections.deque()
-        self.partial = b""
 
     def send(self, message: Any) -> None:
         # Called by the worker loop's thread and its flusher thread: one at a time.
@@ -177,19 +155,13 @@ class _WorkerEndpoint:
                 raise EOFError("the consumer is gone")
 
     def _read_credits(self) -> None:
-        """Applies the released counts on the credit pipe and queues its latest credit."""
-        try:
-            data = os.read(self.credit_fd, _READ_RECORDS)
-        except BlockingIOError:
+        """Applies the released counts on the credit channel and queues its latest credit."""
+        records = self.credits.read()
+        if not records:
             return
-        if not data:
-            raise EOFError("the consumer is gone")
-        data = self.partial + data
-        end = len(data) - len(data) % _RECORD_SIZE
-        self.partial = data[end:]  # never a torn record (atomic writes); kept for safety
         released = -1
         latest: Consumed | None = None
-        for generation, count in CreditRecord.FORMAT.iter_unpack(data[:end]):
+        for generation, count in records:
             if generation == CreditRecord.RELEASED:
                 released = max(released, count)
             elif latest is None or (generation, count) >= (latest.generation, latest.elements):

@@ -12,12 +12,11 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
 * One pipe per worker carries the typed messages. :class:`~grain_core.runtime.messages.Consumed` counts
-  (the flow-control credits) and the consumer's "copied out" counts take a second, one-way pipe
-  per worker instead, as fixed 16-byte records written with one ``os.write`` each (see
-  :class:`~grain_core.runtime.process_worker.CreditRecord`): the consumer's own thread writes a credit the moment ``next()`` hands an
-  element out, with no hop through its I/O thread, and a record is never torn (a pipe write of at
-  most ``PIPE_BUF`` bytes is atomic), so ``Ctrl-C`` cannot break the framing and two threads may
-  write. :class:`~grain_core.runtime.messages.Elements` travel
+  (the flow-control credits) and the consumer's "copied out" counts take a second, one-way
+  channel per worker instead (a socket pair, :mod:`grain_core.runtime.credits`), as fixed 16-byte
+  :class:`~grain_core.runtime.credits.CreditRecord` s: the consumer's own thread writes a credit the
+  moment ``next()`` hands an element out, with no hop through its I/O thread, never blocking, and
+  the worker always reads whole records in order. :class:`~grain_core.runtime.messages.Elements` travel
   as one pickle of the element list per message (not one per element), with their numpy buffers
   in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
   consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
@@ -49,12 +48,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from grain_core.runtime import shm
+from grain_core.runtime.credits import CreditRecord, CreditSender, credit_channel
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.messages import Consumed, Elements, Failure, Stop, pickle_exception
 from grain_core.runtime.process_worker import (
     SYS_PATH_ENV,
     Boot,
-    CreditRecord,
     ShmElements,
     worker_main,
 )
@@ -90,18 +89,16 @@ def default_start_method() -> str:
 
 class _ProcessChannel:
     """The consumer's end of one worker: an inbox filled by the pool's I/O thread, an outbox the
-    I/O thread sends from, and the credit pipe. A ``Consumed`` count is written to the credit pipe
-    by the calling thread itself (one atomic ``os.write``); only when the pipe is full (the worker
-    has not read for thousands of records) is it left to the I/O thread, which retries the latest
-    count until it fits."""
+    I/O thread sends from, and the credit channel. A ``Consumed`` count is written to the credit
+    channel by the calling thread itself (never blocking); only when the channel is full (the
+    worker has not read for thousands of records) is it left to the I/O thread, which retries the
+    latest count until it fits."""
 
-    def __init__(self, pool: ProcessPool, proc: Any, conn: Any, credits: Any):
+    def __init__(self, pool: ProcessPool, proc: Any, conn: Any, credits: CreditSender):
         self._pool = pool
         self.proc = proc
         self.conn = conn
-        self.credits = credits  # the write end of the credit pipe (a one-way Connection)
-        self.credit_fd = credits.fileno()
-        os.set_blocking(self.credit_fd, False)
+        self.credits = credits  # the consumer's end of the credit channel
         self.inbox: collections.deque[Any] = collections.deque()
         self.outbox: collections.deque[Any] = collections.deque()
         self.unsent_credit: Consumed | None = None  # left to the I/O thread (pipe was full)
@@ -117,8 +114,10 @@ class _ProcessChannel:
             read = self.read_messages
             if read > self.released_sent:
                 data += CreditRecord(CreditRecord.RELEASED, read).pack()
-            if self.write_bytes(data):
+            if self.credits.write(data):
                 self.released_sent = max(self.released_sent, read)
+                if self.credits.pending:  # part of it is left for the I/O thread to send
+                    self._pool.wake()
             else:
                 self.unsent_credit = message
                 self._pool.wake()
@@ -127,17 +126,8 @@ class _ProcessChannel:
         self._pool.wake()
 
     def write_record(self, record: CreditRecord) -> bool:
-        """Writes one record to the credit pipe; False when the pipe is full (nothing written)."""
-        return self.write_bytes(record.pack())
-
-    def write_bytes(self, data: bytes) -> bool:
-        try:
-            os.write(self.credit_fd, data)
-        except BlockingIOError:
-            return False
-        except OSError:
-            pass  # the worker is gone: its sentinel says so
-        return True
+        """Writes one record to the credit channel; False when it is full (nothing written)."""
+        return self.credits.write(record.pack())
 
     def peek(self, timeout: float) -> Any:
         # No lock is taken here: an exception raised into the caller (Ctrl-C) at any point leaves
@@ -195,7 +185,7 @@ class ProcessPool:
         try:
             for i in range(job.worker_count):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
-                credit_r, credit_w = ctx.Pipe(duplex=False)
+                credit_r, credit_w = credit_channel()
                 try:
                     boot = Boot(
                         child_conn,
@@ -335,6 +325,7 @@ class ProcessPool:
                     ch.conn.send(ch.outbox.popleft())
             except (OSError, EOFError):
                 pass  # the worker is gone: its sentinel says so
+            ch.credits.flush()  # the rest of a record a platform took only part of
             credit = ch.unsent_credit  # read once: the consumer's thread may replace it
             if credit is not None:
                 if ch.write_record(CreditRecord(credit.generation, credit.elements)):
