@@ -3,8 +3,11 @@ request, read by our remote reader, by the download-then-read-locally workaround
 reader (array_record's C++ reader) on the same files; with each row's peak memory.
 
 Setup: 4 files of ``RECORDS_PER_FILE`` records of 1 KiB (``group_size:1``), served by
-``grain_core.testing.servers.RangeHTTPServer`` in its own process on loopback (each request waits
-``latency`` before it is answered, in its own thread, like a network round trip). Every row runs in
+``grain_core.testing.servers_asyncio.AsyncRangeServer`` in its own process on loopback (each answer
+goes out ``latency`` after its request, a timer on the server's event loop, like a network round
+trip; ``--server thread`` uses the thread-per-connection ``RangeHTTPServer`` instead, which costs
+the shared cores about 3x more CPU per request). The server shares the reader's 2 cores here; a
+real object store does not: the ``server`` column says what it took. Every row runs in
 a fresh child process (``--row``), reads one epoch in a shuffled order, ``BATCH`` indices per
 ``__getitems__`` call, and reports records/s, the child's peak RSS above its RSS before reading
 (index and caches included), the number of HTTP requests the server answered, and the CPU seconds
@@ -12,16 +15,27 @@ of the reading process (all threads) and of the server during the row. The timed
 starts after the imports (fsspec's HTTP filesystem and aiohttp are imported first) and includes
 opening the files and reading their indexes.
 
-Rows:
+Rows (each with its rate as a share of the ``local`` row's, measured first in the same run):
+  * ``local``: the local reader alone (no download; the reference of the shares);
+  * ``requests``: no ArrayRecord at all: ``fsspec``'s ``cat_ranges`` of 1 KiB ranges 4 KiB apart
+    (none coalesce), 128 in flight; its rate is requests/s, the most records/s a reader making
+    one range request per record could reach with this client and server on these cores;
   * ``remote``: ``ArrayRecordDataSource`` over ``http://`` URLs (this plugin's reader);
   * ``remote, 4 threads``: the same batches, 4 ``__getitems__`` calls in flight at a time (as a
     pipeline's reading threads make them);
-  * ``remote, pipeline``: the same through ``MapDataset.source(...).shuffle().to_iter_dataset()``;
+  * ``remote, pipeline``: the same through ``MapDataset.source(...).shuffle().to_iter_dataset()``
+    (default ``ReadOptions``; the source's ``bulk_read_size`` gives it calls of 1,024 indices);
+  * ``remote, pipeline, no threads``: the same with ``num_threads=0, prefetch_buffer_size=0``;
   * ``download + local``: ``fsspec`` copies the 4 files to a local directory first (the time
-    counts), then the local reader reads them;
-  * ``local``: the local reader alone (no download).
+    counts), then the local reader reads them.
 
-``python benchmarks/bench_remote.py`` prints the table (latencies 20 ms and 0); ``run.py`` calls
+Coalescing flatters the ``remote`` rows: these files are small (4 x 8 MiB), so a call of 1,024
+shuffled indices finds neighbours within ``remote.MAX_GAP`` (64 KiB) for most records and makes
+about one request per 7 records; over a large dataset a shuffled call makes one request per record,
+so its rate is bounded by the ``requests`` row.
+
+``python benchmarks/bench_remote.py`` prints the table (latencies 20 ms and 0; ``--rows`` and
+``--latencies`` pick some, ``--server thread`` the other server); ``run.py`` calls
 ``remote_report`` (``nox -s bench -- -k remote`` runs only this file's rows)."""
 
 from __future__ import annotations
@@ -47,6 +61,16 @@ RECORDS_PER_FILE = 8192
 RECORD_BYTES = 1024
 BATCH = 1024
 LATENCIES = (0.02, 0.0)
+ROWS = (
+    "local",
+    "requests",
+    "remote",
+    "remote, 4 threads",
+    "remote, pipeline",
+    "remote, pipeline, no threads",
+    "download + local",
+)
+SERVERS = {"asyncio": "grain_core.testing.servers_asyncio", "thread": "grain_core.testing.servers"}
 
 
 def _write(directory: Path) -> list[str]:
@@ -116,15 +140,32 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
         batches = [order[s : s + BATCH].tolist() for s in range(0, n, BATCH)]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             got = sum(len(b) for b in pool.map(src.__getitems__, batches))
-    elif row == "remote, pipeline":
+    elif row in ("remote, pipeline", "remote, pipeline, no threads"):
         src = ArrayRecordDataSource([f"{url}/{n}" for n in names])
-        ds = grain.MapDataset.source(src).seed(1).shuffle().to_iter_dataset()
+        options = grain.ReadOptions()
+        if row.endswith("no threads"):
+            options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+        ds = grain.MapDataset.source(src).seed(1).shuffle().to_iter_dataset(options)
         got = sum(1 for _ in ds)
+    elif row == "requests":
+        import fsspec
+
+        fs = fsspec.filesystem("http")
+        n = FILES * RECORDS_PER_FILE // 4  # requests (rate: requests/s)
+        starts = [(i // FILES) * 4 * RECORD_BYTES for i in range(n)]
+        out = fs.cat_ranges(
+            [f"{url}/{names[i % FILES]}" for i in range(n)],
+            starts,
+            [s + RECORD_BYTES for s in starts],
+            batch_size=128,
+        )
+        assert all(len(b) == RECORD_BYTES for b in out)
+        got = n
     else:
         raise ValueError(row)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    assert got == FILES * RECORDS_PER_FILE, got
+    assert got == FILES * RECORDS_PER_FILE or row == "requests", got
     cpu = _cpu_s(os.getpid()) - cpu0
     return {"rate": got / seconds, "seconds": seconds, "peak_mb": peak - base, "cpu_s": cpu}
 
@@ -136,9 +177,9 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve(directory: Path, latency: float) -> tuple[subprocess.Popen, str]:
+def _serve(directory: Path, latency: float, server: str = "asyncio") -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "grain_core.testing.servers", str(directory), "--latency", str(latency)],
+        [sys.executable, "-m", SERVERS[server], str(directory), "--latency", str(latency)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -157,21 +198,26 @@ def _stop(proc: subprocess.Popen) -> int:
     return int(words[-1]) if len(words) >= 2 and words[-2] == "requests" else -1
 
 
-def remote_report() -> None:
-    """Prints records/s, peak memory, requests and CPU seconds (the reading process's, all its
-    threads; the server's while the row ran) for each row and latency. On a shared machine the
-    rate depends on the CPU share the two processes get; the CPU seconds much less."""
+def remote_report(
+    rows: tuple[str, ...] = ROWS, latencies: tuple[float, ...] = LATENCIES, server: str = "asyncio"
+) -> None:
+    """Prints records/s, the share of the local reader's rate (measured first, in this run), peak
+    memory, requests and CPU seconds (the reading process's, all its threads; the server's while
+    the row ran) for each row and latency. On a shared machine the rate depends on the CPU share
+    the two processes get; the CPU seconds much less."""
     d = scratch_dir("bench_remote_")
     _write(d)
     print(
         f"{'remote ArrayRecord: shuffled epoch, 4 x 8192 x 1 KiB, group_size:1':<66} "
-        f"{'records/s':>10} {'peak MB':>8} {'requests':>9} {'CPU s':>6} {'server':>6}"
+        f"{'records/s':>10} {'x local':>7} {'peak MB':>8} {'requests':>9} {'CPU s':>6} "
+        f"{server + ' server':>14}"
     )
-    for latency in LATENCIES:
-        for row in ("remote", "remote, 4 threads", "remote, pipeline", "download + local", "local"):
-            if row == "local" and latency != LATENCIES[0]:
+    local_rate = None
+    for latency in latencies:
+        for row in ("local", *[r for r in rows if r != "local"]):
+            if row == "local" and local_rate is not None:
                 continue
-            proc, url = _serve(d, latency)
+            proc, url = _serve(d, latency, server)
             server0 = _cpu_s(proc.pid)
             try:
                 out = subprocess.run(
@@ -181,16 +227,20 @@ def remote_report() -> None:
                     timeout=600,
                 )
             finally:
-                server = _cpu_s(proc.pid) - server0
+                server_s = _cpu_s(proc.pid) - server0
                 requests = _stop(proc)
             if out.returncode:
                 print(f"{row}: failed\n{out.stderr[-2000:]}")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
+            if row == "local":
+                local_rate = r["rate"]
             label = f"{row} ({latency * 1000:.0f} ms/request)" if row != "local" else row
+            label += " [requests/s]" if row == "requests" else ""
+            share = r["rate"] / local_rate if local_rate else float("nan")
             print(
-                f"  {label:<64} {r['rate']:>10,.0f} {r['peak_mb']:>8.0f} {requests:>9} "
-                f"{r['cpu_s']:>6.1f} {server:>6.1f}",
+                f"  {label:<64} {r['rate']:>10,.0f} {share:>7.3f} {r['peak_mb']:>8.0f} "
+                f"{requests:>9} {r['cpu_s']:>6.1f} {server_s:>14.1f}",
                 flush=True,
             )
 
@@ -204,9 +254,16 @@ if __name__ == "__main__":
     parser.add_argument("--row")
     parser.add_argument("--url")
     parser.add_argument("--dir")
+    parser.add_argument("--rows", help="rows separated by semicolons (default: all)")
+    parser.add_argument("--latencies", help="comma-separated seconds (default: 0.02,0)")
+    parser.add_argument("--server", choices=sorted(SERVERS), default="asyncio")
     args = parser.parse_args()
     if args.row:
         names = sorted(p.name for p in Path(args.dir).glob("*.array_record"))
         print(json.dumps(_row(args.row, args.url, args.dir, names)))
     else:
-        remote_report()
+        remote_report(
+            tuple(args.rows.split(";")) if args.rows else ROWS,
+            tuple(float(x) for x in args.latencies.split(",")) if args.latencies else LATENCIES,
+            args.server,
+        )
