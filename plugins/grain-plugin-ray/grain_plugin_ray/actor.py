@@ -12,6 +12,16 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
 * ``fetch(acked, wait_s)``: every message the loop sent after message ``acked``, waiting up to
   ``wait_s`` seconds for the first. Batches of elements travel as the method's return value, through Ray's
   object store (numpy leaves of large results are zero-copy views for the consumer).
+* ``hurry()``: the consumer waits for this actor's next message; the fetch in flight (or the next
+  one) returns as soon as it has one.
+
+Grouping: an actor call costs milliseconds of CPU over the consumer, the actor, the raylet and the
+object store whatever it carries, so a ``fetch`` that has messages to return holds them until they
+make a group: :data:`GROUP_ELEMENTS` elements or ``group_bytes`` bytes (half of
+``RayRuntime.ahead_bytes``), and returns earlier when the loop cannot go on (it waits for a
+command: its bound is reached, or it ended), when a message other than elements is queued, when
+the consumer hurries it, or :data:`HOLD_SECONDS` after it started holding. Which elements travel
+together changes nothing else: order, states and acknowledgements are the same.
 """
 
 from __future__ import annotations
@@ -25,7 +35,25 @@ from typing import Any
 
 from grain_core.author import AHEAD_BYTES, WorkerJob, WorkerLoop, nbytes
 
-__all__ = ["ActorEndpoint", "Location", "WorkerActor"]
+__all__ = ["GROUP_ELEMENTS", "HOLD_SECONDS", "ActorEndpoint", "Location", "WorkerActor"]
+
+#: A ``fetch`` holds its messages until they carry this many elements (or ``group_bytes``).
+GROUP_ELEMENTS = 64
+#: The longest a ``fetch`` holds messages it could return, waiting for a group.
+HOLD_SECONDS = 0.05
+
+
+def _message_bytes(message: Any) -> tuple[int, int]:
+    """(elements, estimated bytes) of a message: an ``Elements``' size from its first and last
+    element (a group's elements are alike; the estimate only shapes groups), ``(0, -1)`` for any
+    other message (returned at once)."""
+    elements = getattr(message, "elements", None)
+    if elements is None:
+        return 0, -1
+    n = len(elements)
+    if not n:
+        return 0, 0
+    return n, n * ((nbytes(elements[0]) + nbytes(elements[-1])) // 2)
 
 
 class ActorEndpoint:
@@ -41,29 +69,46 @@ class ActorEndpoint:
       interruption) is returned again by the next ``fetch``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, group_bytes: int = 0) -> None:
         self._cond = threading.Condition()
         self._waiting: dict[int, list[Any]] = {}  # commands that came before an earlier seq
         self._ready: collections.deque[Any] = collections.deque()
         self._next_command = 0
         self._outbox: collections.deque[Any] = collections.deque()
+        # Grouping (see the module docstring): (elements, bytes) per outbox message, their sums,
+        # and the messages that are not elements.
+        self._group_bytes = group_bytes
+        self._sizes: collections.deque[tuple[int, int]] = collections.deque()
+        self._out_elements = self._out_bytes = self._out_other = 0
+        self._loop_waits = False  # the loop waits for a command
+        self._hurry = False
 
     # --- the loop's side ----------------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
+        size = _message_bytes(message)
         with self._cond:
             self._outbox.append(message)
+            self._sizes.append(size)
+            self._count(size, 1)
             self._cond.notify_all()
 
     def receive(self, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._ready:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return None
-                self._cond.wait(left)
-            return self._ready.popleft()
+            if self._ready or timeout == 0:
+                return self._ready.popleft() if self._ready else None
+            self._loop_waits = True  # a fetch holding messages returns them now
+            self._cond.notify_all()
+            try:
+                while not self._ready:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                    self._cond.wait(left)
+                return self._ready.popleft()
+            finally:
+                self._loop_waits = False
 
     # --- the actor methods' side --------------------------------------------------------------------
 
@@ -81,16 +126,47 @@ class ActorEndpoint:
                     self._next_command += 1
             self._cond.notify_all()
 
+    def _count(self, size: tuple[int, int], sign: int) -> None:
+        elements, nbytes_ = size
+        if nbytes_ < 0:
+            self._out_other += sign
+        else:
+            self._out_elements += sign * elements
+            self._out_bytes += sign * nbytes_
+
+    def _group_ready(self) -> bool:
+        return (
+            self._hurry
+            or self._loop_waits
+            or self._out_other > 0
+            or self._out_elements >= GROUP_ELEMENTS
+            or self._out_bytes >= self._group_bytes
+        )
+
+    def hurry(self) -> None:
+        with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
+
     def fetch(self, acked: int, wait_s: float) -> list[Any]:
         deadline = time.monotonic() + wait_s
         with self._cond:
             while self._outbox and self._outbox[0].seq <= acked:
                 self._outbox.popleft()
+                self._count(self._sizes.popleft(), -1)
             while not self._outbox:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return []
                 self._cond.wait(left)
+            # Hold them until they make a group (see the module docstring).
+            hold_until = min(deadline, time.monotonic() + HOLD_SECONDS)
+            while not self._group_ready():
+                left = hold_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self._hurry = False
             return list(self._outbox)
 
 
@@ -116,7 +192,7 @@ class WorkerActor:
         # The consumer's paths first; this node's own after them (a remote node's interpreter may
         # live elsewhere than the consumer's).
         sys.path.extend(p for p in own_path if p not in sys.path)
-        self._endpoint = ActorEndpoint()
+        self._endpoint = ActorEndpoint(group_bytes=ahead_bytes // 2)
         self._loop = WorkerLoop(
             job, index, self._endpoint, size_of=nbytes, ahead_bytes=ahead_bytes
         )
@@ -130,6 +206,9 @@ class WorkerActor:
 
     def fetch(self, acked: int, wait_s: float) -> list[Any]:
         return self._endpoint.fetch(acked, wait_s)
+
+    def hurry(self) -> None:
+        self._endpoint.hurry()
 
     def location(self) -> Location:
         import ray

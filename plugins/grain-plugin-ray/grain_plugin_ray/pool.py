@@ -12,7 +12,10 @@ reads the channels; this module only moves messages:
   more than producing small elements.
 * :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
   messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
-  actor's output is always on its way. The object reference of a completed call is dropped as soon as its result is
+  actor's output is always on its way. The actor holds a fetch's messages until they make a group
+  (:mod:`grain_plugin_ray.actor`); when the consumer waits for this actor (``peek`` with a
+  timeout, nothing queued, the fetch not done) before its first elements since a (re)start, it
+  posts ``hurry`` once for that fetch. The object reference of a completed call is dropped as soon as its result is
   read: Ray frees the object once the elements taken from it are dropped too.
 * A dead actor (``ray.kill``, a crash, a lost node) makes the pending ``fetch`` fail with
   ``RayActorError``; the channel raises :class:`~grain_core.runtime.api.WorkerLostError` saying
@@ -68,6 +71,8 @@ class RayChannel:
         self._seq = 0
         self._inbox: collections.deque[Any] = collections.deque()
         self._fetch: Any = None  # the fetch call in flight
+        self._hurried = False  # whether hurry() was posted for it
+        self._starting = True  # no elements received since the last command was posted
         self._acked = 0  # seq of the last message received (every earlier one was too)
         # Answered once the actor was placed and its constructor (the pipeline build) finished.
         self._location_ref = actor.location.remote()
@@ -103,6 +108,7 @@ class RayChannel:
             posted_now = (message.generation, message.elements)
         else:  # a new command: a credit of the old generation is moot
             posted_now = (getattr(message, "generation", -1), 0)
+            self._starting = True
         # Recorded after the post: an interruption between them only posts a credit twice.
         self._post(message)
         self._credit_posted, self._credit_due = posted_now, None
@@ -166,7 +172,18 @@ class RayChannel:
             self._credit_due = None
         if self._fetch is None:
             self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
-        done, _ = ray.wait([self._fetch], timeout=timeout)
+            self._hurried = False
+        done: list[Any] = []
+        if timeout > 0 and self._starting and not self._hurried:
+            # The consumer waits for this actor's first elements since a (re)start: the fetch
+            # need not hold them for a group. (Later, holding costs no throughput: the consumer
+            # waits only when it is faster than the actors.)
+            done, _ = ray.wait([self._fetch], timeout=0)
+            if not done:
+                self.actor.hurry.remote()
+                self._hurried = True
+        if not done:
+            done, _ = ray.wait([self._fetch], timeout=timeout)
         if not done:
             if not self._placed:
                 self._check_placed()
@@ -190,12 +207,14 @@ class RayChannel:
             seen = [self._resume.received_message(m) for m in new]  # idempotent per message
             elements = getattr(new[-1], "elements", None)
             if elements:
+                self._starting = False
                 self._element_bytes = max(1, nbytes(elements[0]))
             self._inbox.extend(m for m in seen if m is not None)
             self._acked = new[-1].seq
         # The next fetch is on its way while these messages are consumed; dropping the reference
         # to the finished one lets Ray free its object.
         self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
+        self._hurried = False
         return self._inbox[0] if self._inbox else None
 
     def drop(self) -> None:
