@@ -168,7 +168,7 @@ def varints(buf: bytes | memoryview, count: int, path: str, offset: int) -> np.n
 _LOCAL = threading.local()
 
 
-def _zstd(body: bytes, size: int) -> bytes:
+def _zstd(body: bytes | memoryview, size: int) -> bytes:
     d = getattr(_LOCAL, "zstd", None)
     if d is None:  # one decompressor per thread (they are not thread-safe; creating one is slow)
         import zstandard
@@ -200,8 +200,8 @@ def decompress(buf: bytes | memoryview, compression: int, path: str, offset: int
     if codec is None:
         raise ArrayRecordFormatError(f"unknown compression type {compression:#x}", path, offset)
     size, pos = read_varint(buf, 0, path, offset)
-    try:
-        data = codec(bytes(buf[pos:]), size)
+    try:  # zstd reads a buffer in place; the others want bytes
+        data = codec(buf[pos:] if codec is _zstd else bytes(buf[pos:]), size)
     except Exception as e:  # zstd / brotli / cramjam errors
         raise ArrayRecordFormatError(f"cannot decompress ({e})", path, offset) from e
     if len(data) != size:
@@ -268,13 +268,18 @@ def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
     sizes_len, pos = read_varint(body, 1, path, begin + CHUNK_HEADER_SIZE)
     if pos + sizes_len > len(body):
         raise ArrayRecordFormatError("the record sizes run past the chunk", path, begin)
-    sizes_raw = decompress(body[pos : pos + sizes_len], compression, path, begin)
     values = decompress(body[pos + sizes_len :], compression, path, begin)
-    if num_records == 1:  # one record per chunk (group_size:1): no array work
+    if num_records == 1 and _highwayhash_64 is not None:
+        # One record per chunk (group_size:1) whose data hash matched: its size is the values'
+        # (checked against the header below); its own compressed copy need not be decoded.
+        ends = [total := len(values)]
+    elif num_records == 1:  # no hashes: the size's copy is decoded and compared
+        sizes_raw = decompress(body[pos : pos + sizes_len], compression, path, begin)
         size, end = read_varint(sizes_raw, 0, path, begin)
         ends = [size]
         total = size if end == len(sizes_raw) else -1
     else:
+        sizes_raw = decompress(body[pos : pos + sizes_len], compression, path, begin)
         ends = np.cumsum(varints(sizes_raw, num_records, path, begin)).tolist()
         total = ends[-1] if ends else 0
     if total != len(values) or len(values) != decoded_size:

@@ -138,3 +138,19 @@ def test_a_remote_pipeline_reads_in_bulk_calls(files, monkeypatch):
             assert got == want
             # the first call is one index (it learns the record size), the second the rest (119)
             assert sizes == [1, len(src) - 1], sizes
+
+
+def test_single_record_chunks_decode_the_same_with_and_without_hashes(files, monkeypatch):
+    """With the data hash checked, a one-record chunk's size is taken from its values (its
+    compressed copy is not decoded); without hashes the copy is decoded and compared. Both give
+    array_record's records."""
+    d, names = files
+    path = d / names[0]
+    data = path.read_bytes()
+    reader = remote.RemoteReader(fsspec.filesystem("file"), str(path))
+    idx = reader.index()
+    spans = [(int(idx.chunk_offsets[c]), int(idx.chunk_offsets[c + 1])) for c in range(len(idx.chunk_offsets) - 1)]
+    hashed = [riegeli.decode_chunk(memoryview(data)[b:e], b, "f").record(0) for b, e in spans]
+    monkeypatch.setattr(riegeli, "_highwayhash_64", None)
+    plain = [riegeli.decode_chunk(memoryview(data)[b:e], b, "f").record(0) for b, e in spans]
+    assert hashed == plain == _reference(path)
