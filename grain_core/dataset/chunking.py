@@ -119,15 +119,15 @@ def mix_chunk(
     # Whole-chunk steps in C (slices, Counter, dict.fromkeys, map): no Python step per element.
     period = len(order)
     start = pos % period
-    seq = list(order[start : start + max_elements])
-    while len(seq) < max_elements:
-        seq += order[: max_elements - len(seq)]
-    need = Counter(seq)
+    rot = [*order[start:], *order[:start]]  # one period, from this position's
+    seq = (rot * -(-max_elements // period))[:max_elements]
+    firsts = dict.fromkeys(seq[:period])  # the parents in the order of their first position
+    need = _counts(seq, firsts)
     bound = max_elements  # no position at or after it is read
     error: Exception | None = None
     exhausted = False
     try:
-        for d in dict.fromkeys(seq):  # the parents in the order of their first position
+        for d in firsts:
             f = seq.index(d)
             if f >= bound:
                 break
@@ -143,10 +143,12 @@ def mix_chunk(
             if len(g) < need[d]:  # short: the position of its first missing element bounds all
                 bound = min(bound, [j for j, x in enumerate(seq) if x == d][len(g)])
         picked = seq[:bound]
-        taken = need if bound == max_elements else Counter(picked)
+        taken = need if bound == max_elements else _counts(picked, firsts)
         if len(inflight) == 1:  # one parent: its elements in order
             (g,) = inflight.values()
             out = list(g[:bound])
+        elif 4 * period <= bound:  # a few slices per parent (see _interleave)
+            out = _interleave(rot, bound, inflight, taken)
         else:
             take: list[Any] = [None] * len(parents)
             for d, g in inflight.items():
@@ -164,6 +166,33 @@ def mix_chunk(
             give_back_inflight(parents, inflight)
         raise
     return MixRead(out, error, exhausted, count)
+
+
+def _counts(seq: list[int], keys: Any) -> Any:
+    """How often each of ``keys`` occurs in ``seq`` (a ``Counter`` for many keys)."""
+    if len(keys) > 8:
+        return Counter(seq)
+    return {d: seq.count(d) for d in keys}
+
+
+def _interleave(rot: list[int], bound: int, got: dict[int, Any], taken: Any) -> list[Any]:
+    """The elements of positions ``0 .. bound - 1`` of the repeating selection ``rot``, from each
+    parent's elements ``got[d]`` (its first ``taken[d]`` ones, in position order): parent ``d``'s
+    ``j``-th offset in ``rot`` (of ``c``) takes its elements ``j, j + c, ...``, one extended
+    slice assignment each (what :func:`mix_chunk` otherwise builds element by element)."""
+    period = len(rot)
+    out: list[Any] = [None] * bound
+    offsets: dict[int, list[int]] = {}
+    for o, d in enumerate(rot):
+        offsets.setdefault(d, []).append(o)
+    for d, g in got.items():
+        mine = g[: taken[d]]
+        offs = offsets[d]
+        c = len(offs)
+        for j, o in enumerate(offs):
+            if o < bound:
+                out[o:bound:period] = mine[j::c]
+    return out
 
 
 def mix_unread(

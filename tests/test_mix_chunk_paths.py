@@ -1,0 +1,60 @@
+"""``chunking.mix_chunk`` builds a chunk of a mix with whole-chunk steps (a repeated period,
+counts, one extended slice per parent offset when the period is short): every path gives the
+elements a position-by-position walk gives, and leaves each parent right after its share."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import grain_core as grain
+from grain_core.dataset.chunking import mix_chunk
+from grain_core.dataset.mixing import MixSelection
+
+_OPTIONS = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+
+
+def _parents(lengths):
+    return [
+        iter(grain.MapDataset.range(n).map(lambda x, d=d: (d, x)).to_iter_dataset(_OPTIONS))
+        for d, n in enumerate(lengths)
+    ]
+
+
+def _walk(order, lengths, taken, pos, max_elements):
+    """Position by position: the elements, and whether a parent ran out."""
+    out = []
+    for p in range(pos, pos + max_elements):
+        d = order[p % len(order)]
+        if taken[d] >= lengths[d]:
+            return out, True
+        out.append((d, taken[d]))
+        taken[d] += 1
+    return out, False
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mix_chunk_gives_the_position_by_position_elements(seed):
+    rng = random.Random(seed)
+    for _ in range(40):
+        k = rng.randint(1, 4)
+        order = MixSelection([rng.randint(1, 5) for _ in range(k)]).order
+        lengths = [rng.randint(0, 400) for _ in range(k)]
+        parents, taken, pos = _parents(lengths), [0] * k, rng.randint(0, 30)
+        for _ in range(8):
+            m = rng.choice([1, 3, 16, 64, 256, 1000])
+            want, ran_out = _walk(order, lengths, taken, pos, m)
+            got = mix_chunk(parents, order, pos, m)
+            assert got.elements == want
+            assert got.count == len(want)
+            assert ran_out or not got.exhausted  # (a parent that fell short is found at the next read)
+            # each parent stands right after its share: its next element is the next taken one
+            for d, it in enumerate(parents):
+                state = it.get_state()
+                nxt = next(it, None)
+                assert nxt == ((d, taken[d]) if taken[d] < lengths[d] else None)
+                it.set_state(state)
+            pos += got.count
+            if ran_out:
+                break
