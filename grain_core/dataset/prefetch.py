@@ -13,8 +13,9 @@ elements after a (re)start (the first element comes at once), doubling while a c
 reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_SYNC_CHUNK`` and
 about ``CHUNK_BYTES`` bytes.
 
-With threads and a buffer, at most ``prefetch_buffer_size`` elements (or two calls of a source's
-``bulk_read_size``: ``bulk_reads``) are in flight, counting the unreturned rest of the chunk being
+With threads and a buffer, at most ``prefetch_buffer_size`` elements, and no more than about
+``READ_AHEAD_BYTES`` of them once an element's size is known (but at least ``num_threads``), or two
+calls of a source's ``bulk_read_size`` (``bulk_reads``), are in flight, counting the unreturned rest of the chunk being
 consumed, and each chunk holds at most about ``CHUNK_BYTES``.
 Reading ahead queues a chunk only when the buffer has room for all of it, and at most ``2 x
 num_threads`` chunks: topping the buffer up by the few elements just consumed would keep every
@@ -93,6 +94,10 @@ _SYNC_GAIN = 0.9  # ... or while doubling them cut the cost per element to at mo
 _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
 _SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
 _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
+#: With threads, the elements read ahead take about this many bytes at most once an element's size
+#: is known (``prefetch_buffer_size`` counts elements: 500 batches of 3 MiB would be 1.5 GB), yet
+#: never fewer elements than threads (each thread still gets one).
+READ_AHEAD_BYTES = 32 << 20
 
 
 class PrefetchIterDataset(IterDataset):
@@ -210,9 +215,19 @@ class PrefetchDatasetIterator(DatasetIterator):
         if self._elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
         if not self._sync:
-            budget = max(self._read_options.prefetch_buffer_size, 2 * self._floor)
+            budget = self._budget()
             limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
+
+    def _budget(self) -> int:
+        """The most elements in flight with threads: ``prefetch_buffer_size``, or fewer once an
+        element's size is known, about ``READ_AHEAD_BYTES`` (at least ``num_threads``); and at
+        least two calls of a bulk source's floor (see bulk_reads)."""
+        size = self._read_options.prefetch_buffer_size
+        if self._elem_bytes:
+            by_bytes = max(self._read_options.num_threads, READ_AHEAD_BYTES // self._elem_bytes)
+            size = min(size, by_bytes)
+        return max(size, 2 * self._floor)
 
     def _adapt_sync(self, seconds: float, elements: int) -> None:
         """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).
@@ -293,7 +308,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         read ahead before are consumed): read by the caller without threads or after a
         (re)start, else by a pool thread while the caller waits (so a slow element still does not
         hold back finished ones)."""
-        budget = max(self._read_options.prefetch_buffer_size, 2 * self._floor)  # see bulk_reads
+        budget = self._budget()
         ahead = self._reads_ahead()
         in_flight = len(self._current) - self._current_pos
         in_flight += sum(stop - start for start, stop, _, _ in self._buffer)

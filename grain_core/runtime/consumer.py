@@ -8,6 +8,7 @@ round-robin of :mod:`grain_core.runtime.round_robin`, shared with ``multithread_
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any, NamedTuple
 
@@ -130,7 +131,9 @@ class RoundRobinConsumer(DatasetIterator):
         if k != job.worker_count:
             pool.close()
             raise ValueError(f"the runtime started {k} workers, not {job.worker_count}.")
-        self._job = job
+        # Without the pipeline's pickle: the workers have it (a runtime that restarts workers keeps
+        # its own job), and a source it carries would otherwise stay in memory twice.
+        self._job = dataclasses.replace(job, payload=b"")
         self._parent_ds = parent
         self._closed = False
         self._started = False

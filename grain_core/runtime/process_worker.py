@@ -255,8 +255,16 @@ def worker_main(boot: Boot) -> None:
     _die_with_parent(boot.consumer_pid, boot.prefix)
     endpoint = _WorkerEndpoint(boot)
     try:
-        boot.job.environment.apply()
-        WorkerLoop(boot.job, boot.index, endpoint, size_of=tree.nbytes).run()
+        job = boot.job
+        job.environment.apply()
+        loop = WorkerLoop(job, boot.index, endpoint, size_of=tree.nbytes)
+        # The pipeline's pickle is not needed once unpickled: a source it carries (a list of
+        # records) would otherwise stay in this process twice. The Process object and ``boot``
+        # hold the job for the worker's whole life, so the bytes are dropped from both.
+        loop.job = dataclasses.replace(job, payload=b"")
+        object.__setattr__(boot, "job", loop.job)
+        del job
+        loop.run()
     except (EOFError, OSError):
         pass  # the consumer went away
     finally:

@@ -76,3 +76,33 @@ def test_the_consumer_closing_its_end_is_the_end_for_the_worker():
         assert sender.write(b"") or True  # a closed sender never raises
     finally:
         receiver.close()
+
+
+def _payload_in_this_worker(_):
+    import multiprocessing
+
+    (boot,) = multiprocessing.current_process()._args
+    return len(boot.job.payload)
+
+
+def test_the_pipeline_pickle_is_dropped_once_unpickled():
+    """Neither the consumer nor a worker keeps the pipeline's pickle (a source it carries, e.g. a
+    list of encoded images, would otherwise be held twice in every process)."""
+    import numpy as np
+
+    import grain_core as grain
+
+    records = [np.full(1000, i, np.uint8).tobytes() for i in range(64)]
+    ds = (
+        grain.MapDataset.source(records)
+        .map(_payload_in_this_worker)
+        .to_iter_dataset(grain.ReadOptions(num_threads=0))
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    )
+    it = iter(ds)
+    try:
+        assert [next(it) for _ in range(4)] == [0, 0, 0, 0]
+        assert it._job.payload == b""
+        assert it._job.worker_count == 2
+    finally:
+        it.close()
