@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+#: Ray starts its worker processes at nice 15 (``worker_niceness``): on a host whose other
+#: processes keep every core busy (a CPU burner, a trainer), the actors then get a few percent of
+#: a core and every test waits on them. The test instance runs its workers at nice 0, as a worker
+#: process of ``mp_prefetch`` does (docs/ray.md, "CPU priority").
+SYSTEM_CONFIG = {"worker_niceness": 0}
+
 
 def init_local_ray(attempts: int = 3) -> None:
     """``ray.init`` of a new local instance. Ray gives its raylet a fixed 30 s to register, which an
@@ -13,7 +19,8 @@ def init_local_ray(attempts: int = 3) -> None:
     for attempt in range(attempts):
         try:
             # address="local": a new instance, never a cluster another process started here.
-            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     _system_config=SYSTEM_CONFIG)
             return
         except Exception as e:
             ray.shutdown()

@@ -85,6 +85,7 @@ def two_node_cluster():
         "RAY_AUTH_MODE": "disabled",  # loopback test cluster
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
         "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_worker_niceness": "0",  # as conftest.SYSTEM_CONFIG: workers not starved by load
     }
     env.pop("RAY_ADDRESS", None)
     port = free_port()
