@@ -58,3 +58,21 @@ def test_mix_chunk_gives_the_position_by_position_elements(seed):
             pos += got.count
             if ran_out:
                 break
+
+
+def test_next_from_the_chunk_still_refuses_while_another_thread_is_inside():
+    """``next()`` serves the mix's chunk before the guard only while no thread is inside: with
+    another thread's ident in the owner slot it raises, even with elements waiting."""
+    import threading
+
+    from grain_core.dataset.concurrency import ConcurrentIteratorUseError
+
+    it = iter(grain.IterDataset.mix([grain.MapDataset.range(50).to_iter_dataset(_OPTIONS)] * 2))
+    got = [next(it) for _ in range(4)]  # reads grow 1, 2, 4, ...: elements are waiting now
+    assert it._served < len(it._read)
+    it._grain_owner = threading.get_ident() + 1  # as if another thread were inside
+    with pytest.raises(ConcurrentIteratorUseError, match="is inside this iterator"):
+        next(it)
+    it._grain_owner = None
+    rest = list(it)
+    assert got + rest == [x for i in range(50) for x in (i, i)]

@@ -141,7 +141,7 @@ def mix_chunk(
                 break
             inflight[d] = g  # noted as the call returns: no call in between
             if len(g) < need[d]:  # short: the position of its first missing element bounds all
-                bound = min(bound, [j for j, x in enumerate(seq) if x == d][len(g)])
+                bound = min(bound, _occurrence(rot, seq, d, len(g)))
         picked = seq[:bound]
         taken = need if bound == max_elements else _counts(picked, firsts)
         if len(inflight) == 1:  # one parent: its elements in order
@@ -173,6 +173,14 @@ def _counts(seq: list[int], keys: Any) -> Any:
     if len(keys) > 8:
         return Counter(seq)
     return {d: seq.count(d) for d in keys}
+
+
+def _occurrence(rot: list[int], seq: list[int], d: int, k: int) -> int:
+    """The position of the ``k``-th (from 0) ``d`` in ``seq``, the period ``rot`` repeated."""
+    if len(rot) > len(seq):
+        return [j for j, x in enumerate(seq) if x == d][k]
+    offs = [o for o, x in enumerate(rot) if x == d]
+    return (k // len(offs)) * len(rot) + offs[k % len(offs)]
 
 
 def _interleave(rot: list[int], bound: int, got: dict[int, Any], taken: Any) -> list[Any]:

@@ -25,6 +25,16 @@ other path, which sees the recorder, stores its thread's ident as usual, runs th
 ``recorder.timed_chunk(fn, it, max_elements)`` (other methods plainly) and puts the recorder back.
 An unmeasured iterator runs exactly the code above.
 
+Fast paths: a hot ``__next__`` (the mix's, the window shuffle's) may serve an element of a chunk
+it already holds *before* the guard, when ``_grain_owner`` is ``None`` and the whole step is
+attribute reads, one list subscript and one attribute store, with no call in between: CPython
+switches threads and runs signal handlers only at calls and backward jumps, so no other thread can
+enter between that ``None`` test and the store, exactly as for the guard's own test-and-store.
+Anything else (the chunk is all served, another thread or a recorder is in ``_grain_owner``) goes
+through the guarded method, which makes the same checks as before. :func:`guarded_fast` marks such
+a ``__next__`` so that it is not wrapped again. It saves the wrapper's Python frame per element
+(measured ~190 -> ~115 ns for a trivial ``__next__``).
+
 How it works (CPython with the GIL): each iterator has a ``_grain_owner`` attribute, ``None`` or
 the ident of the thread inside it. A call reads it and, if ``None``, stores its thread's ident with
 no call in between (so no other thread runs between the two), then clears it when it returns; a
@@ -39,7 +49,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["ConcurrentIteratorUseError", "guarded", "set_stats_recorder", "stats_recorder"]
+__all__ = [
+    "ConcurrentIteratorUseError",
+    "guarded",
+    "guarded_fast",
+    "set_stats_recorder",
+    "stats_recorder",
+]
 
 _get_ident = threading.get_ident
 F = TypeVar("F", bound=Callable[..., Any])
@@ -178,6 +194,14 @@ def guarded(fn: F, method: str | None = None) -> F:
 
     call._grain_guarded = True  # type: ignore[attr-defined]
     return call  # type: ignore[return-value]
+
+
+def guarded_fast(fn: F) -> F:
+    """Marks ``fn``, a ``__next__`` with a fast path before the guard (see "Fast paths" above),
+    as guarded, so :func:`guard_class` leaves it as it is. Everything but the fast path must go
+    through a :func:`guarded` method."""
+    fn._grain_guarded = True  # type: ignore[attr-defined]
+    return fn
 
 
 def guard_class(cls: type, methods: tuple[str, ...]) -> None:

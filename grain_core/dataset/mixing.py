@@ -14,6 +14,7 @@ import numpy as np
 from grain_core import state as _state
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.chunking import can_unread, give_back_inflight, mix_chunk
+from grain_core.dataset.concurrency import guarded, guarded_fast
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.transforms import DatasetSelectionMap
 
@@ -253,7 +254,7 @@ class MixedIterDataset(IterDataset):
         return _MixedIterator(self)
 
 
-_MAX_READ = 256  # positions one next() reads from the parents at most (then served one by one)
+_MAX_READ = 1024  # positions one next() reads from the parents at most (then served one by one)
 
 
 class _MixedIterator(DatasetIterator):
@@ -284,9 +285,23 @@ class _MixedIterator(DatasetIterator):
         self._chunked = all(can_unread(p) for p in self._parents)
         self.can_unread = self._chunked  # chunks only from parents that can
 
+    @guarded_fast
     def __next__(self):
-        # The common case first: an element of the latest chunk. (``_inflight`` is non-empty only
-        # after an interrupted read or give-back, which both leave the chunk all served.)
+        # An element of the latest chunk before the guard: no call between the owner test and
+        # the store (grain_core.dataset.concurrency, "Fast paths"). (``_inflight`` is non-empty
+        # only after an interrupted read or give-back, which both leave the chunk all served.)
+        if self._grain_owner is None:
+            i = self._served
+            try:
+                x = self._read[i]
+            except IndexError:
+                pass
+            else:
+                self._served = i + 1
+                return x
+        return self._next_guarded()
+
+    def _next_unguarded(self):
         i = self._served
         try:
             x = self._read[i]
@@ -294,6 +309,8 @@ class _MixedIterator(DatasetIterator):
             return self._next_slow()
         self._served = i + 1
         return x
+
+    _next_guarded = guarded(_next_unguarded, "__next__")
 
     def _next_slow(self):
         """``next()`` once the latest chunk is all served: gives back what an interrupted read

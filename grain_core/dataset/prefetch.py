@@ -60,8 +60,6 @@ and the error (with a note naming the index) surfaces at the element that caused
 from __future__ import annotations
 
 import collections
-import itertools
-import operator
 import sys
 import threading
 import time
@@ -610,6 +608,6 @@ def _nones_in(items: list[Any]) -> Callable[[int, int], int]:
 
     def count(start: int, stop: int) -> int:
         piece = items if (start == 0 and stop == len(items)) else items[start:stop]
-        return sum(map(operator.is_, piece, itertools.repeat(None)))
+        return len([x for x in piece if x is None])  # (5-6 ns an element; sum(map(is_)) 14)
 
     return count

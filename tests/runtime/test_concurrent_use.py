@@ -96,6 +96,8 @@ KINDS = {
     "to_iter_dataset": _kernel_map_dataset,
     "iter_map": _kernel_iter_stage,
     "batch": _kernel_batch,
+    # mix serves next() from its chunk before the guard (concurrency.py, "Fast paths")
+    "mix": lambda fn: grain.IterDataset.mix([_kernel_iter_stage(fn), _kernel_iter_stage(fn)]),
     "thread_prefetch": _thread_prefetch,
     "mp_prefetch": _mp_prefetch,
     "device_put": _device_put,
