@@ -78,6 +78,44 @@ def test_with_threads_calls_reach_the_floor_even_above_the_buffer():
     assert len(src.sizes) <= 2 + N // BULK
 
 
+class PairingSource(BulkSource):
+    """Each call waits (at most ``WAIT_S``) until another call is in flight too, and records the
+    most calls in flight at once: reads that overlap find a partner at once."""
+
+    WAIT_S = 0.5
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.active = self.most = 0
+        self._cond = threading.Condition()
+
+    def __getitems__(self, indices):
+        with self._cond:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self.active > 1, timeout=self.WAIT_S)
+        try:
+            return super().__getitems__(indices)
+        finally:
+            with self._cond:
+                self.active -= 1
+
+
+def test_with_threads_two_bulk_calls_are_in_flight_while_one_is_consumed():
+    """Reading ahead, the pool holds the chunk being consumed and two more calls: one call's round
+    trip overlaps another's work. (Before, it held one call beside the consumed chunk: a fast
+    consumer then waited for every round trip in turn; here every call would wait alone.)"""
+    from test_read_policy import SCRIPTS, _scripted
+
+    src = PairingSource(12 * BULK)
+    it = iter(_pipeline(src, grain.ReadOptions()))
+    _scripted(it, SCRIPTS["ahead"])
+    assert sorted(it) == list(range(12 * BULK))
+    assert src.most >= 2, src.sizes
+    assert max(src.sizes) <= BULK
+
+
 @pytest.mark.parametrize("name", ["default", "no threads"])
 def test_restore_continues_exactly(name):
     options = OPTIONS[name]

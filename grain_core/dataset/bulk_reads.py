@@ -11,9 +11,11 @@ one event loop, a call's time reflects everyone's queue rather than its own size
 (after the first chunk of a (re)start, which stays small so the first element comes after one
 round trip), reads chunks of at least :func:`bulk_floor` indices: the declared size, at most
 ``CHUNK_BYTES`` of elements and at most the iterator's chunk cap. With threads and a buffer it may
-hold ``max(prefetch_buffer_size, 2 x floor)`` elements read ahead (two such calls in flight), so the
-memory read ahead stays below ``max(prefetch_buffer_size elements, 2 x CHUNK_BYTES)``. What is read
-and when changes; which elements come out, their order and the state do not.
+hold ``max(prefetch_buffer_size, 3 x floor)`` elements read ahead: while one call's elements are
+consumed, two calls are in flight, so one call's round trip overlaps another's decoding (with two,
+a fast consumer left one call in flight at a time: its latency and its CPU work in series). The
+memory read ahead stays below ``max(prefetch_buffer_size elements, 3 x CHUNK_BYTES)``. What is
+read and when changes; which elements come out, their order and the state do not.
 
 The declaration is found through the ``MapDataset`` stages above the source (map, shuffle, slice,
 filter, ...): the largest declaration of the sources under the stage is used.

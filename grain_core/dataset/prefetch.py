@@ -14,7 +14,7 @@ reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_SYNC_
 about ``CHUNK_BYTES`` bytes.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements, and no more than about
-``READ_AHEAD_BYTES`` of them once an element's size is known (but at least ``num_threads``), or two
+``READ_AHEAD_BYTES`` of them once an element's size is known (but at least ``num_threads``), or three
 calls of a source's ``bulk_read_size`` (``bulk_reads``), are in flight, counting the unreturned rest of the chunk being
 consumed, and each chunk holds at most about ``CHUNK_BYTES``.
 Reading ahead queues a chunk only when the buffer has room for all of it, and at most ``2 x
@@ -220,12 +220,12 @@ class PrefetchDatasetIterator(DatasetIterator):
     def _budget(self) -> int:
         """The most elements in flight with threads: ``prefetch_buffer_size``, or fewer once an
         element's size is known, about ``READ_AHEAD_BYTES`` (at least ``num_threads``); and at
-        least two calls of a bulk source's floor (see bulk_reads)."""
+        least three calls of a bulk source's floor: one consumed, two in flight (bulk_reads)."""
         size = self._read_options.prefetch_buffer_size
         if self._elem_bytes:
             by_bytes = max(self._read_options.num_threads, READ_AHEAD_BYTES // self._elem_bytes)
             size = min(size, by_bytes)
-        return max(size, 2 * self._floor)
+        return max(size, 3 * self._floor)
 
     def _adapt_sync(self, seconds: float, elements: int) -> None:
         """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).
