@@ -64,8 +64,10 @@ class RayRuntime:
         under this many bytes (the worker loop's byte allowance, which worker processes have at
         1 MiB), and the consumer credits it once per half of it. So at Grain's default buffer of 1
         one actor call carries a group of elements of any size under it, where each element
-        would otherwise cost a round trip. Elements, order and state do not change; only how far
-        the actors run ahead (memory in Ray's object store) does.
+        would otherwise cost a round trip; an actor's ``fetch`` holds what it could return until
+        it makes a group of half this many bytes or 64 elements, or the actor cannot go on
+        (see :mod:`grain_plugin_ray.actor`). Elements, order and state do not change; only how
+        far the actors run ahead (memory in Ray's object store) does.
       max_restarts: 0 (default): a dead actor ends the iteration with ``WorkerError`` (restore
         the last checkpoint to continue). ``n > 0``: the iterator replaces a dead actor up to
         ``n`` times per worker; the new actor restarts from the state of the last elements
