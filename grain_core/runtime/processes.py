@@ -163,7 +163,7 @@ class ProcessPool:
         self._wake_r.setblocking(False)
         self._wake_pending = False
         self._ready_r, self._ready_w = socket.socketpair()  # I/O thread -> consumer: arrived
-        self._consumer_waiting = False
+        self._waiting_for: _ProcessChannel | None = None  # the channel the consumer waits for
         self._ready_r.setblocking(False)
         self._ready_w.setblocking(False)
         self._ready_poller = Poller()  # the consumer's thread waits on it (wait_ready)
@@ -246,19 +246,23 @@ class ProcessPool:
         except OSError:  # full (BlockingIOError) or closed
             pass
 
-    def _signal_ready(self, always: bool = True) -> None:
-        if not always and not self._consumer_waiting:
-            return  # the consumer looks at its inbox before it waits (see wait_ready)
+    def _signal_ready(self, ch: _ProcessChannel | None = None) -> None:
+        """Wakes the consumer: always without ``ch`` (a worker lost, closing); with ``ch`` (a
+        message arrived for it) only while the consumer waits for that channel: it looks at its
+        inbox before it waits (see wait_ready), and a message for another worker would wake it
+        for nothing (it waits for the worker whose turn it is)."""
+        if ch is not None and self._waiting_for is not ch:
+            return
         try:
             self._ready_w.send(b"\0")
         except OSError:  # full (BlockingIOError) or closed
             pass
 
     def wait_ready(self, ch: _ProcessChannel, timeout: float) -> None:
-        """Waits up to ``timeout`` for the I/O thread to deliver a message (to any channel),
-        unless ``ch`` has one. The flag is raised before ``ch`` is looked at and the I/O thread
-        appends before it reads the flag, so a message is either seen here or signalled."""
-        self._consumer_waiting = True
+        """Waits up to ``timeout`` for the I/O thread to deliver a message to ``ch`` (or to lose a
+        worker), unless ``ch`` has one. ``_waiting_for`` is set before ``ch`` is looked at and the
+        I/O thread appends before it reads it, so a message is either seen here or signalled."""
+        self._waiting_for = ch
         try:
             if ch.inbox or ch.lost is not None:
                 return
@@ -267,7 +271,7 @@ class ProcessPool:
         except (BlockingIOError, OSError, ValueError):
             pass
         finally:
-            self._consumer_waiting = False
+            self._waiting_for = None
 
     # --- the I/O thread ----------------------------------------------------------------------------
 
@@ -373,7 +377,7 @@ class ProcessPool:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out
         ch.inbox.append(msg)
-        self._signal_ready(always=False)
+        self._signal_ready(ch)
 
     def _lose(self, ch: _ProcessChannel) -> None:
         proc = ch.proc
