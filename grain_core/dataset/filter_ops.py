@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 from grain_core import state as _state
@@ -47,8 +48,9 @@ class _FilterIterator(OneParentIterator):
 
     **How far ahead.** Reads aim at 1, 2, 4, ... accepted elements up to ``_MAX_AHEAD``, about
     ``CHUNK_BYTES`` bytes (measured on accepted elements) and at most ``_MAX_ASK`` parent
-    elements; a ``next_chunk(n)`` read covers at least ``n`` accepted elements (as estimated from
-    the fraction accepted so far). ``get_state()`` restarts the growth at the number of elements
+    elements, growing only while a read takes under ``_GROW_SECONDS`` (a costly map or test keeps
+    its reads near that long: no long wait for one element); a ``next_chunk(n)`` read covers at
+    least ``n`` accepted elements (as estimated from the fraction accepted so far). ``get_state()`` restarts the growth at the number of elements
     returned since the previous state, so states taken every ``k`` elements (``thread_prefetch``
     and ``device_put`` take one after each element) give back little; at 1 (and after a start or
     restore) ``next()`` reads the parent one element at a time, with nothing to give back.
@@ -63,8 +65,9 @@ class _FilterIterator(OneParentIterator):
     parent's state before it, until it is tested)."""
 
     kind = "FilterIterDataset"
-    _MAX_ASK = 2048  # parent elements one read asks for at most
-    _MAX_AHEAD = 512  # accepted elements one read aims at, at most (unless more are asked for)
+    _MAX_ASK = 8192  # parent elements one read asks for at most
+    _MAX_AHEAD = 2048  # accepted elements one read aims at, at most (unless more are asked for)
+    _GROW_SECONDS = 0.02  # ... growing only while a read takes less than this
 
     def __init__(self, parent, fn, name="filter()"):
         super().__init__(parent)
@@ -145,6 +148,7 @@ class _FilterIterator(OneParentIterator):
         step = self._step
         if step < self._MAX_AHEAD:
             self._step = 2 * step
+        began = time.perf_counter()
         if self._elem_bytes:
             step = min(step, max(1, CHUNK_BYTES // self._elem_bytes))
         want = max(n, step)
@@ -186,6 +190,8 @@ class _FilterIterator(OneParentIterator):
                 self._count_fresh(verdicts, len(replay), 0)
                 continue
             self._verdicts, self._kept = verdicts, kept
+            if time.perf_counter() - began >= self._GROW_SECONDS and self._step > step:
+                self._step = step  # slow reads stop growing
             self._count_fresh(verdicts, len(replay), len(kept))  # may raise: _kept stays
             self._elem_bytes = tree.nbytes(kept[0])
             out = kept[:n]
