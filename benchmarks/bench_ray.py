@@ -82,13 +82,21 @@ def run(
     t0 = time.perf_counter()
     if not ray.is_initialized():
         if address is None:
-            ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            # Ray starts its workers at nice 15; mp_prefetch's worker processes run at the
+            # consumer's priority: the actors get the same (docs/ray.md, "CPU priority").
+            ray.init(
+                address="local",
+                num_cpus=workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                _system_config={"worker_niceness": 0},
+            )
         else:
             ray.init(address=address, log_to_driver=False)
     init_s = time.perf_counter() - t0
     print(
         f"Ray runtime benchmark ({size}): {workers} workers, per_worker_buffer_size={buffer}; "
-        f"ray.init {init_s:.2f} s"
+        f"ray.init {init_s:.2f} s" + ("; actors at nice 0" if address is None else "")
     )
     # A Ray call costs ~1 ms where a pipe costs ~20 us: the actors group elements up to
     # RayRuntime.ahead_bytes (16 MiB) per call whatever the buffer.
