@@ -155,6 +155,7 @@ SPAWN_TESTS = [
         ]
     ),
     "tests/runtime/test_orphans.py",
+    "tests/runtime/test_credit_channel.py",
     "tests/runtime/test_worker_environment.py::"
     "test_a_script_never_imports_from_the_working_directory[spawn]",
     "tests/runtime/test_worker_environment.py::"
