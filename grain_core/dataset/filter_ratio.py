@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from grain_core.options import DatasetOptions
 
@@ -97,3 +98,14 @@ class FilterRatioCheck:
             seen,
             opts.filter_warn_threshold_ratio,
         )
+
+
+def nones_in(items: list[Any]) -> Callable[[int, int], int]:
+    """``dropped_in`` for :meth:`FilterRatioCheck.record_chunk`: the ``None``s (elements a
+    ``MapDataset.filter`` dropped) among ``items[start:stop]``."""
+
+    def count(start: int, stop: int) -> int:
+        piece = items if (start == 0 and stop == len(items)) else items[start:stop]
+        return len([x for x in piece if x is None])  # (5-6 ns an element; sum(map(is_)) 14)
+
+    return count
