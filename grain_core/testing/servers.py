@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["GCSServer", "RangeHTTPServer", "S3Server"]
@@ -386,18 +386,25 @@ class GCSServer:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m grain_core.testing.servers DIR [--latency S]``: serves DIR until stdin closes."""
+def serve_directory(server: Callable[..., Any], argv: list[str] | None = None) -> None:
+    """The command line of the range servers: ``DIR [--latency S]``. Starts ``server(DIR,
+    latency_s=S)`` as a context manager, prints ``port N``, serves until stdin closes (the parent
+    closes it, or exits), then prints ``requests N``."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser = argparse.ArgumentParser(description=f"serve DIR with {server.__name__}")
     parser.add_argument("directory")
     parser.add_argument("--latency", type=float, default=0.0)
     args = parser.parse_args(argv)
-    with RangeHTTPServer(args.directory, latency_s=args.latency) as server:
-        print(f"port {server.port}", flush=True)
-        sys.stdin.read()  # the parent closes stdin (or exits) to stop the server
-    print(f"requests {server.requests}", flush=True)
+    with server(args.directory, latency_s=args.latency) as running:
+        print(f"port {running.port}", flush=True)
+        sys.stdin.read()
+    print(f"requests {running.requests}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m grain_core.testing.servers DIR [--latency S]``: serves DIR until stdin closes."""
+    serve_directory(RangeHTTPServer, argv)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ import asyncio
 import collections
 import os
 import re
-import sys
 import threading
 from typing import Any
+
+from grain_core.testing.servers import serve_directory
 
 __all__ = ["AsyncRangeServer"]
 
@@ -263,16 +264,7 @@ class AsyncRangeServer:
 def main(argv: list[str] | None = None) -> None:
     """``python -m grain_core.testing.servers_asyncio DIR [--latency S]``: serves DIR until stdin
     closes."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("directory")
-    parser.add_argument("--latency", type=float, default=0.0)
-    args = parser.parse_args(argv)
-    with AsyncRangeServer(args.directory, latency_s=args.latency) as server:
-        print(f"port {server.port}", flush=True)
-        sys.stdin.read()  # the parent closes stdin (or exits) to stop the server
-    print(f"requests {server.requests}", flush=True)
+    serve_directory(AsyncRangeServer, argv)
 
 
 if __name__ == "__main__":
