@@ -21,3 +21,11 @@ def pipeline(n: int = N, seed: int = 5) -> grain.IterDataset:
         .random_map(lambda e, r: {**e, "r": int(r.integers(1 << 30))})
     )
     return grain.experimental.ThreadPrefetchIterDataset(ds, 2)
+
+
+def held_back_pipeline(n: int = 61) -> grain.IterDataset:
+    """:func:`pipeline` with a 1 MiB leaf on every element. Under ``RayRuntime(ahead_bytes=
+    AHEAD_BYTES)`` an actor then holds at most its buffer plus about one element ahead of
+    ``next()``, so an actor killed in the middle of its share always still owes elements: its death
+    is seen, whatever the timing (with small elements it may have handed over its whole share)."""
+    return pipeline(n).map(lambda e: {**e, "pad": np.zeros(1 << 17)})

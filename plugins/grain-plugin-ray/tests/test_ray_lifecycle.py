@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from grain_plugin_ray import ACTOR_NAMESPACE, RayRuntime, RayWorkerPool
-from ray_pipelines import pipeline
+from ray_pipelines import held_back_pipeline, pipeline
 
 import grain_core as grain
 from grain_core import testing
@@ -21,6 +21,9 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]
 
 MP = grain.MultiprocessingOptions
 RT = RayRuntime(num_cpus=0)
+#: Actors that run at most about one element past their buffer (with held_back_pipeline): the tests
+#: that kill an actor mid-share need it to still owe elements when it dies.
+HELD_BACK = RayRuntime(num_cpus=0, ahead_bytes=AHEAD_BYTES)
 
 
 def live_actor_names() -> set[str]:
@@ -98,8 +101,8 @@ def test_worker_exception_is_reraised_after_the_elements_before_it():
 def test_dead_actor_is_reported_and_the_last_state_restores_exactly():
     import ray
 
-    ref = list(iter(pipeline().mp_prefetch(MP(num_workers=2))))
-    it = iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=RT))
+    ref = list(iter(held_back_pipeline().mp_prefetch(MP(num_workers=2))))
+    it = iter(held_back_pipeline().mp_prefetch(MP(num_workers=2), runtime=HELD_BACK))
     head = [next(it) for _ in range(5)]
     state = it.get_state()
     names = it.pool.actor_names
@@ -110,7 +113,7 @@ def test_dead_actor_is_reported_and_the_last_state_restores_exactly():
             pass
     it.close()
     assert_actors_gone(names, [victim])
-    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=RT)) as again:
+    with iter(held_back_pipeline().mp_prefetch(MP(num_workers=2), runtime=HELD_BACK)) as again:
         again.set_state(state)
         assert_elements_equal(ref, head + list(again), "restored after a dead actor")
 
@@ -122,9 +125,9 @@ def test_max_restarts_replaces_killed_actors_and_the_output_stays_exact(min_buff
     exactly mp_prefetch's; no actor, replaced or not, is left afterwards."""
     import ray
 
-    ref = list(iter(pipeline().mp_prefetch(MP(num_workers=2))))
-    rt = RayRuntime(num_cpus=0, max_restarts=2, min_buffer_size=min_buffer)
-    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
+    ref = list(iter(held_back_pipeline().mp_prefetch(MP(num_workers=2))))
+    rt = RayRuntime(num_cpus=0, max_restarts=2, min_buffer_size=min_buffer, ahead_bytes=AHEAD_BYTES)
+    with iter(held_back_pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
         got = [next(it) for _ in range(5)]
         killed = [it.pool.channels[1].actor]
         ray.kill(killed[-1], no_restart=True)
@@ -141,7 +144,7 @@ def test_max_restarts_replaces_killed_actors_and_the_output_stays_exact(min_buff
         handles = killed + [c.actor for c in it.pool.channels]
     assert_elements_equal(ref, got, "with two actors replaced")
     assert_actors_gone(names, handles)
-    with iter(pipeline().mp_prefetch(MP(num_workers=2))) as again:  # a state taken in between
+    with iter(held_back_pipeline().mp_prefetch(MP(num_workers=2))) as again:  # a state taken in between
         again.set_state(state)
         assert_elements_equal(ref[at:], list(again), "state after a replacement -> processes")
 
@@ -149,8 +152,8 @@ def test_max_restarts_replaces_killed_actors_and_the_output_stays_exact(min_buff
 def test_a_worker_out_of_restarts_is_reported():
     import ray
 
-    rt = RayRuntime(num_cpus=0, max_restarts=1)
-    with iter(pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
+    rt = RayRuntime(num_cpus=0, max_restarts=1, ahead_bytes=AHEAD_BYTES)
+    with iter(held_back_pipeline().mp_prefetch(MP(num_workers=2), runtime=rt)) as it:
         next(it)
         ray.kill(it.pool.channels[0].actor, no_restart=True)
         while it.pool.channels[0].restarts == 0:  # until the death shows
