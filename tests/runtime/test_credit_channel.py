@@ -23,59 +23,63 @@ def _drain(receiver: CreditReceiver, sender: CreditSender, got: list) -> None:
         got += receiver.read()
 
 
-def test_records_arrive_whole_and_in_order_across_partial_sends():
+@pytest.fixture
+def channel():
+    """A fresh credit channel ``(receiver, sender)``, both ends closed after the test."""
     r, sender = credit_channel()
     receiver = CreditReceiver(r)
     try:
-        # One send far larger than the socket's buffer: the kernel takes part of it (a partial
-        # send), cutting a record; the rest must go first and the framing hold.
-        first = b"".join(CreditRecord(1, i).pack() for i in range(200_000))
-        assert sender.write(first)
-        assert sender.pending  # the platform took only part of it
-        got: list[tuple[int, int]] = []
-        # While part is pending, more records are queued behind it (never ahead of it).
-        more = 0
-        while sender.pending or more < 1000:
-            if sender.write(CreditRecord(2, more).pack()):
-                more += 1
-            got += receiver.read()
-        _drain(receiver, sender, got)
-        assert got == [(1, i) for i in range(200_000)] + [(2, i) for i in range(more)]
+        yield receiver, sender
     finally:
         sender.close()
         receiver.close()
 
 
-def test_a_full_channel_refuses_a_record_whole():
-    r, sender = credit_channel()
-    receiver = CreditReceiver(r)
-    try:
-        sent = 0
-        while sender.write(CreditRecord(0, sent).pack()):
-            sent += 1
-            assert sent < 10_000_000, "the channel never filled"
-        assert not sender.pending  # refused whole: nothing of it was sent
-        got: list[tuple[int, int]] = []
-        _drain(receiver, sender, got)
-        assert got == [(0, i) for i in range(sent)]
-    finally:
-        sender.close()
-        receiver.close()
+def test_records_arrive_whole_and_in_order_across_partial_sends(channel):
+    receiver, sender = channel
+    # One send far larger than the socket's buffer: the kernel takes part of it (a partial
+    # send), cutting a record; the rest must go first and the framing hold.
+    first = b"".join(CreditRecord(1, i).pack() for i in range(200_000))
+    assert sender.write(first)
+    assert sender.pending  # the platform took only part of it
+    got: list[tuple[int, int]] = []
+    # While part is pending, more records are queued behind it (never ahead of it).
+    more = 0
+    while sender.pending or more < 1000:
+        if sender.write(CreditRecord(2, more).pack()):
+            more += 1
+        got += receiver.read()
+    _drain(receiver, sender, got)
+    assert got == [(1, i) for i in range(200_000)] + [(2, i) for i in range(more)]
 
 
-def test_the_consumer_closing_its_end_is_the_end_for_the_worker():
-    r, sender = credit_channel()
-    receiver = CreditReceiver(r)
-    try:
-        assert sender.write(CreditRecord(3, 4).pack())
-        sender.close()
-        assert wait_readable([receiver], 5.0)
-        assert receiver.read() == [(3, 4)]
-        with pytest.raises(EOFError):
-            receiver.read()
-        assert sender.write(b"") or True  # a closed sender never raises
-    finally:
-        receiver.close()
+def test_a_full_channel_refuses_a_record_whole(channel):
+    receiver, sender = channel
+    sent = 0
+    while sender.write(CreditRecord(0, sent).pack()):
+        sent += 1
+        assert sent < 10_000_000, "the channel never filled"
+    assert not sender.pending  # refused whole: nothing of it was sent
+    got: list[tuple[int, int]] = []
+    _drain(receiver, sender, got)
+    assert got == [(0, i) for i in range(sent)]
+
+
+def test_the_consumer_closing_its_end_is_the_end_for_the_worker(channel):
+    receiver, sender = channel
+    assert sender.write(CreditRecord(3, 4).pack())
+    sender.close()
+    assert wait_readable([receiver], 5.0)
+    assert receiver.read() == [(3, 4)]
+    with pytest.raises(EOFError):
+        receiver.read()
+
+
+def test_a_record_for_a_worker_that_is_gone_counts_as_sent(channel):
+    receiver, sender = channel
+    receiver.close()  # the worker's end: its sentinel, not the channel, tells the consumer
+    assert sender.write(CreditRecord(3, 5).pack()) is True
+    assert not sender.pending
 
 
 def _payload_in_this_worker(_):
