@@ -25,24 +25,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from grain_core.dataset.chunking import CHUNK_BYTES
+from grain_core.dataset.chunking import CHUNK_BYTES, stages_below
 
 __all__ = ["bulk_floor", "declared_bulk_size"]
 
-_MAX_DEPTH = 10_000  # stages walked at most (a pipeline is far shallower; a cycle cannot loop)
-
-
 def declared_bulk_size(ds: Any) -> int:
     """The largest ``bulk_read_size`` declared by a source under ``ds`` (0 when none does)."""
-    best, todo, seen = 0, [ds], 0
-    while todo and seen < _MAX_DEPTH:
-        node = todo.pop()
-        seen += 1
-        parents = tuple(getattr(node, "parents", ()) or ())
-        if parents:
-            todo.extend(parents)
-            continue
-        source = getattr(node, "source", None)
+    best = 0
+    for node, _ in stages_below(ds):
+        source = None if getattr(node, "parents", None) else getattr(node, "source", None)
         size = getattr(source, "bulk_read_size", 0) if source is not None else 0
         if isinstance(size, int) and not isinstance(size, bool) and size > best:
             best = size

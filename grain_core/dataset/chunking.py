@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from grain_core.dataset.iterator import DatasetIterator
@@ -35,22 +35,28 @@ CHUNK_BYTES = 4 << 20
 :func:`grain_core.tree.nbytes`."""
 
 
-def source_fan_in(ds: Any) -> int:
-    """How many source elements one element of the ``MapDataset`` ``ds`` reads at most: the
-    product of the ``reads_per_element`` (a batch's size; 1 when absent) of the stages on its
-    longest path down to a source. ``to_iter_dataset`` without threads divides its chunk cap by
-    it, so a chunk of batches makes no more Python objects than a chunk of elements (larger
-    chunks spill the CPU caches: measured ~180 -> ~230 ns an element at 32x the elements)."""
-    best, todo, seen = 1, [(ds, 1)], 0
-    while todo and seen < 10_000:  # a pipeline is far shallower; a cycle cannot loop
+def stages_below(ds: Any) -> Iterator[tuple[Any, int]]:
+    """Each stage of the pipeline under ``ds`` (``ds`` first), once per path down to it, with the
+    product of the ``reads_per_element`` (a batch's size; 1 when absent) of the stages on that path
+    down to it, itself included. Walks ``parents``; at most 10,000 visits (a pipeline is far
+    shallower, and a cycle cannot loop)."""
+    todo, seen = [(ds, 1)], 0
+    while todo and seen < 10_000:
         node, fan = todo.pop()
         seen += 1
         per = getattr(node, "reads_per_element", 1)
         fan *= per if isinstance(per, int) and per > 1 else 1
-        parents = tuple(getattr(node, "parents", ()) or ())
-        todo.extend((p, fan) for p in parents)
-        best = max(best, fan)
-    return best
+        yield node, fan
+        todo.extend((p, fan) for p in tuple(getattr(node, "parents", ()) or ()))
+
+
+def source_fan_in(ds: Any) -> int:
+    """How many source elements one element of the ``MapDataset`` ``ds`` reads at most: the
+    product of the ``reads_per_element`` of the stages on its longest path down to a source
+    (:func:`stages_below`). ``to_iter_dataset`` without threads divides its chunk cap by it, so a
+    chunk of batches makes no more Python objects than a chunk of elements (larger chunks spill
+    the CPU caches: measured ~180 -> ~230 ns an element at 32x the elements)."""
+    return max(fan for _, fan in stages_below(ds))
 
 
 def can_unread(it: DatasetIterator) -> bool:
