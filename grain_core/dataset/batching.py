@@ -13,6 +13,7 @@ from grain_core import tree
 
 __all__ = ["batch_and_pad", "stack_batch", "stack_batches"]
 
+
 def stack_batch(elements: Sequence[Any], batch_fn: Callable[[Sequence[Any]], Any] | None) -> Any:
     """Stacks ``elements`` with ``batch_fn`` or, by default, leafwise along a new axis."""
     if batch_fn is not None:
@@ -46,7 +47,6 @@ def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0)
         return np.concatenate([leaf, filler])
 
     return tree.map_structure(pad, stacked)
-
 
 
 def stack_batches(

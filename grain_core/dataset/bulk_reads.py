@@ -29,6 +29,7 @@ from grain_core.dataset.chunking import CHUNK_BYTES, stages_below
 
 __all__ = ["bulk_floor", "declared_bulk_size"]
 
+
 def declared_bulk_size(ds: Any) -> int:
     """The largest ``bulk_read_size`` declared by a source under ``ds`` (0 when none does)."""
     best = 0

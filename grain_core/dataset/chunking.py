@@ -27,6 +27,7 @@ __all__ = [
     "mix_chunk",
     "mix_unread",
     "source_fan_in",
+    "stages_below",
     "unread",
 ]
 
