@@ -47,7 +47,7 @@ _TAIL_BYTES = 256 << 10
 #: Defaults of ``RemoteReader``'s knobs (the source's readers use them).
 CONCURRENCY = 128
 MAX_GAP = 64 << 10
-MAX_REQUEST = 8 << 20
+MAX_REQUEST = 1 << 20
 MAX_INFLIGHT = 64 << 20
 #: ``ArrayRecordDataSource.bulk_read_size`` over remote files: a shuffled call this large costs
 #: about one round trip (its ranges are in flight together and nearby ones coalesce).
@@ -255,15 +255,19 @@ class RemoteReader:
                 f"record numbers must be in [0, {idx.num_records}) for {self.name!r}, got "
                 f"{int(keys.min())}..{int(keys.max())}."
             )
-        plan.cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
-        missing = []
-        for c in np.unique(plan.cids).tolist():
-            got = _CHUNKS.get((self._key, c))
-            if got is None:
-                missing.append(c)
-            else:
-                plan.chunks[c] = got
-        plan.missing = np.asarray(missing, dtype=np.int64)
+        if plan.singles is not None:  # one record per chunk: chunk c holds record c
+            plan.cids = keys
+            plan.missing = np.unique(keys)  # such chunks are never cached
+        else:
+            plan.cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
+            missing = []
+            for c in np.unique(plan.cids).tolist():
+                got = _CHUNKS.get((self._key, c))
+                if got is None:
+                    missing.append(c)
+                else:
+                    plan.chunks[c] = got
+            plan.missing = np.asarray(missing, dtype=np.int64)
         plan.begins = idx.chunk_offsets[plan.missing]
         plan.ends = idx.chunk_offsets[plan.missing + 1]
         plan.requests = coalesce(plan.begins, plan.ends, self._max_gap, self._max_request)
@@ -277,6 +281,9 @@ class _Plan:
         self.reader, self.idx, self.keys = reader, idx, keys
         self.cids = np.zeros(0, dtype=np.int64)
         self.chunks: dict[int, riegeli.Chunk] = {}
+        # Files of one record per chunk (group_size:1): their records by chunk, decoded in bulk.
+        one_each = idx.num_records == len(idx.chunk_offsets) - 1
+        self.singles: dict[int, bytes] | None = {} if one_each else None
         self.missing = self.begins = self.ends = self.cids
         self.requests: list[tuple[int, int, int, int]] = []
 
@@ -286,7 +293,16 @@ class _Plan:
         i, j, b, e = request
         reader._check_length(data, b, e)
         view = memoryview(data)
-        for k in range(i, j):
+        ks: Sequence[int] = range(i, j)
+        singles = self.singles
+        if singles is not None:
+            cids = self.missing[i:j].tolist()
+            got = riegeli.decode_singles(
+                data, b, self.begins[i:j].tolist(), self.ends[i:j].tolist()
+            )
+            singles.update(zip(cids, got))  # type: ignore[arg-type]  # Nones: replaced below
+            ks = [i + k for k, rec in enumerate(got) if rec is None]  # decoded one by one below
+        for k in ks:
             c, cb, ce = int(self.missing[k]), int(self.begins[k]), int(self.ends[k])
             try:
                 chunk = riegeli.decode_chunk(view[cb - b : ce - b], cb, reader.name)
@@ -300,6 +316,9 @@ class _Plan:
                     cb,
                 )
                 raise ChunkReadError(err, self._first_record(c))
+            if singles is not None:
+                singles[c] = chunk.record(0)
+                continue
             self.chunks[c] = chunk
             if expected > 1:
                 _CHUNKS.put((reader._key, c), chunk)
@@ -310,6 +329,8 @@ class _Plan:
     def records(self) -> list[bytes]:
         if self.keys.size == 0:
             return []
+        if self.singles is not None:
+            return list(map(self.singles.__getitem__, self.keys.tolist()))
         chunks = self.chunks
         local = self.keys - self.idx.record_starts[self.cids]
         return [chunks[c].record(i) for c, i in zip(self.cids.tolist(), local.tolist())]

@@ -34,6 +34,7 @@ import dataclasses
 import struct
 import sys
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -211,13 +212,14 @@ def decompress(buf: bytes | memoryview, compression: int, path: str, offset: int
     return data
 
 
-@dataclasses.dataclass(frozen=True)
 class Chunk:
     """A decoded simple chunk: record ``i`` is ``values[ends[i - 1] : ends[i]]`` (from 0 for the
-    first)."""
+    first; ``ends`` are the cumulative record ends)."""
 
-    values: bytes
-    ends: list[int]  # cumulative record ends
+    __slots__ = ("values", "ends")
+
+    def __init__(self, values: bytes, ends: list[int]):
+        self.values, self.ends = values, ends
 
     def record(self, i: int) -> bytes:
         start = self.ends[i - 1] if i else 0
@@ -292,6 +294,97 @@ def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
     return Chunk(values, ends)
 
 
+_ONE_SIMPLE = (1 << 8) | CHUNK_SIMPLE  # chunk_type and num_records of a one-record simple chunk
+
+
+def decode_singles(
+    data: bytes, base: int, begins: Sequence[int], ends: Sequence[int]
+) -> list[bytes | None]:
+    """The records of one-record simple chunks (``group_size:1``), decoded in one loop: chunk ``k``
+    spans file bytes ``[begins[k], ends[k])`` of ``data`` (the file's bytes from offset ``base``).
+
+    Entry ``k`` is the chunk's record, or ``None`` where this path does not apply or finds
+    anything wrong (a block header inside the chunk, another chunk type or compression, a hash
+    that does not match, a failed decompression, a size that disagrees): the caller decodes that
+    chunk with :func:`decode_chunk`, which names the problem. Needs :data:`VERIFIES_HASHES` (all
+    ``None`` without HighwayHash). A record returned here passed exactly the checks
+    :func:`decode_chunk` makes of it: both hashes, the chunk type and count, the sizes."""
+    out: list[bytes | None] = [None] * len(begins)
+    if _hh_lib is None:
+        return out
+    hh, key, unpack = _hh_lib.HighwayHash64, _HH_KEY, _HEADER.unpack_from
+    ptr = _hh_ffi.from_buffer("uint8_t[]", data)
+    view = memoryview(data)
+    zstd = _zstd
+    for k, (b, e) in enumerate(zip(begins, ends)):
+        off, end = b - base, e - base
+        if b // BLOCK_SIZE != (e - 1) // BLOCK_SIZE or end - off < CHUNK_HEADER_SIZE + 3:
+            continue  # a block header interrupts it, or too short: the general path
+        header_hash, size, data_hash, kind, decoded = unpack(data, off)
+        body = off + CHUNK_HEADER_SIZE
+        stop = body + size
+        if kind != _ONE_SIMPLE or stop > end or size < 3:
+            continue
+        if hh(ptr + off + 8, 32, key) != header_hash or hh(ptr + body, size, key) != data_hash:
+            continue
+        compression, sizes_len = data[body], data[body + 1]
+        pos = body + 2 + sizes_len
+        if sizes_len >= 0x80 or pos > stop:
+            continue
+        if compression == 0:
+            value = data[pos:stop]
+        elif compression == 0x7A and pos < stop:  # 'z'
+            try:
+                n, pos = read_varint(data, pos, "", 0)
+                value = zstd(view[pos:stop], n)
+            except Exception:
+                continue
+            if len(value) != n:
+                continue
+        else:
+            continue
+        if len(value) == decoded:
+            out[k] = value
+    return out
+
+
+def _footer_fields(values: bytes, ends: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Fields 1 and 3 (0 where absent) of records ``1..`` of a decoded footer chunk, parsed in
+    bulk: every record a flat protobuf message of varint fields, as array_record writes
+    ``ArrayRecordFooter``. ``None`` when some record is anything else (the caller then parses
+    record by record, which names the problem)."""
+    n = len(ends) - 1
+    region = np.frombuffer(values, dtype=np.uint8)[ends[0] :]
+    bounds = np.asarray(ends[1:], dtype=np.int64) - ends[0]  # each record's end in ``region``
+    if region.size == 0:
+        return np.zeros(n, np.int64), np.zeros(n, np.int64)
+    tok_end = np.flatnonzero(region < 0x80) + 1  # one past each varint
+    if tok_end.size == 0 or tok_end[-1] != region.size:
+        return None
+    tok_start = np.concatenate(([0], tok_end[:-1]))
+    if int((tok_end - tok_start).max()) > 9:  # values below 2**63 only
+        return None
+    inside = bounds[(bounds > 0) & (bounds < region.size)]
+    if not np.isin(inside, tok_end).all():  # a varint runs across two records
+        return None
+    per_record = np.diff(np.searchsorted(tok_end, bounds, side="right"), prepend=0)
+    if (per_record % 2).any():  # a key without a value
+        return None
+    lens = tok_end - tok_start
+    shift = (np.arange(region.size) - np.repeat(tok_start, lens)) * 7
+    vals = np.add.reduceat((region & 0x7F).astype(np.uint64) << shift.astype(np.uint64), tok_start)
+    keys, vals = vals[0::2], vals[1::2].astype(np.int64)  # records hold whole pairs: keys are even
+    if (keys & 7).any():  # a field that is not a varint
+        return None
+    owner = np.repeat(np.arange(n), per_record // 2)
+    fields = keys >> 3
+    offsets, counts = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for out, field in ((offsets, 1), (counts, 3)):
+        hit = fields == field
+        out[owner[hit]] = vals[hit]  # repeated: the last one wins, as in protobuf
+    return offsets, counts
+
+
 def _proto_uints(buf: bytes, path: str, offset: int) -> dict[int, int]:
     """The varint fields of a flat protobuf message (other wire types are skipped)."""
     out: dict[int, int] = {}
@@ -348,10 +441,14 @@ def parse_footer(raw: bytes | memoryview, footer: int, size: int, path: str) -> 
             f"the footer lists {n - 1} chunks, its metadata says {num_chunks}", path, footer
         )
     offsets = np.empty(n, dtype=np.int64)
-    counts = np.empty(n - 1, dtype=np.int64)
-    for c in range(n - 1):
-        f = _proto_uints(chunk.record(c + 1), path, footer)
-        offsets[c], counts[c] = f.get(1, 0), f.get(3, 0)
+    bulk = _footer_fields(chunk.values, chunk.ends)
+    if bulk is not None:
+        offsets[: n - 1], counts = bulk
+    else:  # record by record (a field of another wire type, or a damaged record)
+        counts = np.empty(n - 1, dtype=np.int64)
+        for c in range(n - 1):
+            f = _proto_uints(chunk.record(c + 1), path, footer)
+            offsets[c], counts[c] = f.get(1, 0), f.get(3, 0)
     offsets[n - 1] = footer
     if n > 1 and (np.any(np.diff(offsets) <= 0) or offsets[0] < CHUNK_HEADER_SIZE):
         raise ArrayRecordFormatError("the footer's chunk offsets are not increasing", path, footer)
