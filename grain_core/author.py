@@ -12,6 +12,7 @@ Stages (``docs/writing-plugins.md``, "Writing a stage")
 Chunk protocol and give-back
   ``DatasetIterator.next_chunk(n)``; ``DatasetIterator.can_unread`` / ``unread(count)``;
   ``CHUNK_BYTES``, the bytes a chunk holds at most.
+  ``list_serving_next``: a ``__next__`` serving a list of ready elements before the thread guard.
 States
   ``StateField``, ``make_state``, ``expect_state``, ``check_state_int``, ``fingerprint``, the
   errors ``InvalidStateError`` / ``StateMismatchError`` / ``StateOutOfRangeError`` and the rest of
@@ -59,6 +60,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "SourceIterator",
     ),
     "grain_core.dataset.chunking": ("CHUNK_BYTES",),
+    "grain_core.dataset.fast_next": ("list_serving_next",),
     "grain_core.dataset.sharing": (
         "WorkerShare",
         "claim_worker_share",
@@ -193,6 +195,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # the same names, for type checkers
     from grain_core.dataset.base import IterDataset, MapDataset
     from grain_core.dataset.chunking import CHUNK_BYTES
+    from grain_core.dataset.fast_next import list_serving_next
     from grain_core.dataset.iterator import DatasetIterator
     from grain_core.dataset.sharing import (
         WorkerShare,

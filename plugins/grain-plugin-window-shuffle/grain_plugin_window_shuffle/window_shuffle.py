@@ -33,6 +33,7 @@ from grain_core.author import (
     StateMismatchError,
     check_int,
     grain_block_is_short,
+    list_serving_next,
     make_state,
     mode_fields,
     shuffle_tables,
@@ -322,7 +323,7 @@ class _WindowShuffleIterator(OneParentIterator):
         self._reading = None
         return buf[0]
 
-    def __next__(self):
+    def _next_full(self):
         pos = self._pos
         try:
             x = self._buf[pos]
@@ -330,6 +331,9 @@ class _WindowShuffleIterator(OneParentIterator):
             return self._next_window()
         self._pos = pos + 1
         return x
+
+    # next() serves the buffered window before the thread guard; the rest goes through it.
+    __next__ = list_serving_next("_buf", "_pos", _next_full)
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         """The rest of the buffered window, up to ``max_elements`` elements (a slice: no
