@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import grain_core as grain
-from grain_core.dataset import prefetch
+from grain_core.dataset import chunk_sizes, prefetch
 
 
 def _reader():
@@ -32,8 +32,8 @@ def _run(model, steps=300):
 def test_a_cpu_bound_map_keeps_chunks_short(per_element):
     sizes = _run(lambda n: per_element * n)
     # Trying a larger size stops once a chunk takes _SLOW_MIN_SECONDS; then chunks halve back.
-    assert max(sizes) * per_element < 2 * prefetch._SLOW_MIN_SECONDS
-    assert sizes[-1] * per_element <= max(prefetch._MAX_CHUNK_SECONDS, per_element)
+    assert max(sizes) * per_element < 2 * chunk_sizes._SLOW_MIN_SECONDS
+    assert sizes[-1] * per_element <= max(chunk_sizes._MAX_CHUNK_SECONDS, per_element)
 
 
 @pytest.mark.parametrize("per_call", [2e-4, 0.02])

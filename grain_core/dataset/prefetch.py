@@ -10,8 +10,16 @@ nothing is read ahead in the background: the caller reads synchronous chunks its
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
 ``_SYNC_GROW_SECONDS``, and on while a chunk twice as large costs each element at most
 ``_SYNC_GAIN`` of what it cost before (a source with a high cost per call, such as ArrayRecord's
-reader or a remote source's round trip; see ``_adapt_sync``), up to ``_MAX_SYNC_CHUNK`` and
-about ``CHUNK_BYTES`` bytes.
+reader or a remote source's round trip; see ``_adapt_sync`` in ``chunk_sizes``), up to
+``_MAX_SYNC_CHUNK`` and about ``CHUNK_BYTES`` bytes.
+
+A ``next_chunk(n)`` call whose next chunk the caller reads itself (without threads, or while the
+policy below reads inline) gets the ``n`` elements it asks for: the unreturned rest of the current
+chunk goes in front of a chunk read for at least the elements still missing (at most
+``_MAX_SYNC_CHUNK // source_fan_in`` and about ``CHUNK_BYTES``, whatever the buffer). A stage
+reading ahead (a filter, a mix) then gets whole calls, not a short rest at every chunk end. A chunk
+larger than the size learnt is read only for elements that call returns, so what is read and not
+returned stays within the bounds below.
 
 With threads and a buffer, at most ``prefetch_buffer_size`` elements, and no more than about
 ``READ_AHEAD_BYTES`` of them once an element's size is known (but at least ``num_threads``), or three
@@ -70,6 +78,7 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.bulk_reads import bulk_floor, declared_bulk_size
+from grain_core.dataset.chunk_sizes import _SLOW_MIN_SECONDS, ChunkSizes
 from grain_core.dataset.chunking import CHUNK_BYTES, source_fan_in
 from grain_core.dataset.filter_ratio import FilterRatioCheck, nones_in
 from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
@@ -82,15 +91,9 @@ from grain_core.dataset.sharing import claim_worker_share, sequential_worker_sha
 from grain_core.options import ReadOptions
 from grain_core.validation import check_instance
 
-_MIN_CHUNK_SECONDS = 0.002
-_MAX_CHUNK_SECONDS = 0.02
-_POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
 _MAX_CHUNK = 1024
 _MAX_SYNC_CHUNK = 16384  # without threads (a shuffle's cipher costs per call: spread over more)
-_SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
-_SYNC_GAIN = 0.9  # ... or while doubling them cut the cost per element to at most this share
-_SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
-_SLOW_FACTOR = 20  # ... or this many times a recent chunk's time, whichever is longer
+_SLOW_FACTOR = 20  # a head chunk is read element-wise this many times a recent chunk's time late
 _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
 #: With threads, the elements read ahead take about this many bytes at most once an element's size
 #: is known (``prefetch_buffer_size`` counts elements: 500 batches of 3 MiB would be 1.5 GB), yet
@@ -127,7 +130,7 @@ class PrefetchIterDataset(IterDataset):
         return it
 
 
-class PrefetchDatasetIterator(DatasetIterator):
+class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
     """Iterates a ``MapDataset`` in index order. Its state is the next index to read.
 
     Created inside :func:`grain_core.dataset.sharing.worker_share` (an ``mp_prefetch`` worker), it
@@ -205,14 +208,17 @@ class PrefetchDatasetIterator(DatasetIterator):
         t1 = time.perf_counter()
         return items, t1 - t0, t1
 
-    def _chunk_limit(self, ahead: bool) -> int:
+    def _chunk_limit(self, ahead: bool, asked: bool = False) -> int:
         """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
         ``_MAX_CHUNK``), about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when
-        asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming)."""
-        limit = max(1, _MAX_SYNC_CHUNK // self._fan_in) if self._sync else _MAX_CHUNK
+        asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming).
+        ``asked``: a chunk the caller reads for the elements a ``next_chunk(n)`` asks for (see
+        ``next_chunk``): ``_MAX_SYNC_CHUNK // source_fan_in`` and ``CHUNK_BYTES`` only."""
+        sync = self._sync or asked
+        limit = max(1, _MAX_SYNC_CHUNK // self._fan_in) if sync else _MAX_CHUNK
         if self._elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
-        if not self._sync:
+        if not sync:
             budget = self._budget()
             limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
@@ -227,66 +233,6 @@ class PrefetchDatasetIterator(DatasetIterator):
             size = min(size, by_bytes)
         return max(size, 3 * self._floor)
 
-    def _adapt_sync(self, seconds: float, elements: int) -> None:
-        """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).
-
-        Doubling while one takes under ``_SYNC_GROW_SECONDS``; past that, a size whose double was
-        never read is tried once, and chunks keep doubling while the last doubling cut the cost
-        per element to ``_SYNC_GAIN`` of the half size's or less (bulk reads with a high cost per
-        call, such as ArrayRecord's reader or a remote source's round trip, grow to where that
-        cost is spread). With threads, growing stops and halving starts at ``4 x
-        _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline),
-        unless doubling gained (or was never tried): a high-latency source (remote reads) gets
-        indices in bulk. Trying or gaining grows a chunk only while one takes under
-        ``_SLOW_MIN_SECONDS`` (a CPU-bound map's chunks settle near ``_MAX_CHUNK_SECONDS``)."""
-        limit = self._chunk_limit(False)
-        longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
-        cost = seconds / max(elements, 1)
-        self._sync_cost[elements] = cost
-        half = self._sync_cost.get(elements // 2)
-        gained = half is not None and cost <= _SYNC_GAIN * half
-        explore = 2 * elements not in self._sync_cost
-        if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and seconds < _SLOW_MIN_SECONDS):
-            self._sync_chunk = min(self._sync_chunk * 2, limit)
-        elif seconds > longest:
-            self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
-        else:
-            self._sync_chunk = min(self._sync_chunk, limit)
-        self._sync_chunk = max(self._sync_chunk, min(self._floor, limit))  # a bulk source's floor
-
-    def _adapt(self, seconds: float, pool_seconds: float, elements: int) -> None:
-        """Resizes pool chunks from how long the last one (``elements`` elements) took on its own
-        (``seconds``) and what it cost the thread pool (``pool_seconds``: at most the time since
-        the chunk before it was done).
-
-        Threads sharing the CPU (and the GIL) make every chunk take longer the more run at once, so
-        ``seconds`` overstates what a chunk costs when threads contend; ``pool_seconds`` does not.
-        Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
-        own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
-        cost per call (ArrayRecord) get calls as large as one thread's share of the buffer. Chunks
-        whose cost per element fell to ``_SYNC_GAIN`` or less of the half size's (a high-latency
-        source, e.g. a remote reader) keep doubling up to the chunk limit, and do not halve."""
-        limit = self._chunk_limit(True)
-        self._typical_seconds = seconds
-        budget = self._read_options.prefetch_buffer_size
-        cost = seconds / max(elements, 1)
-        self._pool_cost[elements] = cost
-        smaller = [k for k in self._pool_cost if elements // 2 <= k < elements]  # <= limit keys
-        half = self._pool_cost[max(smaller)] if smaller else None
-        gained = half is not None and cost <= _SYNC_GAIN * half
-        if seconds < _MIN_CHUNK_SECONDS:
-            self._chunk = min(self._chunk * 2, limit)
-        elif pool_seconds < _POOL_GROW_SECONDS:
-            per_thread = min(limit, budget // max(self._read_options.num_threads, 1))
-            self._chunk = min(self._chunk * 2, max(self._chunk, per_thread), limit)
-        elif gained and elements >= self._chunk:
-            self._chunk = min(self._chunk * 2, limit)
-        elif pool_seconds > _MAX_CHUNK_SECONDS and not gained:
-            self._chunk = max(1, self._chunk // 2)
-        else:
-            self._chunk = min(self._chunk, limit)
-        self._chunk = max(self._chunk, min(self._floor, limit))  # a bulk source's floor
-
     def _reads_ahead(self) -> bool:
         """Whether chunks go to the pool ahead of the consumer: with threads and a buffer, after
         the first chunk of a (re)start, while the policy finds reading ahead faster."""
@@ -299,13 +245,14 @@ class PrefetchDatasetIterator(DatasetIterator):
             )
         return self._pool.submit(self._read_chunk, start, stop)
 
-    def _fill(self) -> None:
+    def _fill(self, want: int = 0) -> None:
         """Queues chunks: reading ahead, submits chunks to the pool until
         ``prefetch_buffer_size`` elements are in flight, counting the unreturned rest of the
         current chunk; otherwise queues the one chunk the consumer asks for next (once the chunks
         read ahead before are consumed): read by the caller without threads or after a
         (re)start, else by a pool thread while the caller waits (so a slow element still does not
-        hold back finished ones)."""
+        hold back finished ones). A chunk the caller reads holds at least the ``want`` elements
+        a ``next_chunk`` call still misses, up to ``_chunk_limit(False, asked=True)``."""
         budget = self._budget()
         ahead = self._reads_ahead()
         in_flight = len(self._current) - self._current_pos
@@ -314,8 +261,11 @@ class PrefetchDatasetIterator(DatasetIterator):
             start = self._read_to
             if not ahead:
                 if not self._buffer:
-                    stop = min(self._len, start + self._sync_chunk)
                     inline = self._sync or self._cold or self._policy.inline
+                    size = self._sync_chunk
+                    if inline and want > size:
+                        size = max(size, min(want, self._chunk_limit(False, asked=True)))
+                    stop = min(self._len, start + size)
                     fut = None if inline else self._submit(start, stop)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
@@ -342,13 +292,16 @@ class PrefetchDatasetIterator(DatasetIterator):
     def _slow_after(self) -> float:
         return max(_SLOW_MIN_SECONDS, _SLOW_FACTOR * self._typical_seconds)
 
-    def _next_chunk(self) -> bool:
+    def _next_chunk(self, carry: list[Any] | None = None, want: int = 0) -> bool:
         """Makes the next chunk current; False at the end. An exception (even a
-        ``KeyboardInterrupt`` while waiting) leaves the iterator as it was."""
+        ``KeyboardInterrupt`` while waiting) leaves the iterator as it was. ``carry``: the
+        unreturned rest of the current chunk (a list), kept in front of the next chunk, which is
+        then read by the caller; if that read fails, nothing changes and False is returned (the
+        rest is served first, the failing chunk read again after it). ``want``: see ``_fill``."""
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         if not self._buffer:
-            self._fill()
+            self._fill(want)
             if not self._buffer:
                 return False
         start, stop, fut, ahead = self._buffer[0]
@@ -394,10 +347,16 @@ class PrefetchDatasetIterator(DatasetIterator):
                 )
         else:
             dense = self._allow_nones
-        consumed = len(self._current)  # the previous chunk, consumed to its end
+        kept = 0
+        if carry is not None:
+            if lazy:
+                return False
+            kept, dense = len(carry), dense and self._current_dense
+            items = carry + items
+        consumed = len(self._current) - kept  # the previous chunk, consumed up to `carry`
         # The commit: plain assignments and a `del` (no call, so no KeyboardInterrupt between
         # them): the chunk moves from the buffer to `_current` at once or not at all.
-        self._current, self._current_start, self._current_pos = items, start, 0
+        self._current, self._current_start, self._current_pos = items, start - kept, 0
         self._current_dense = dense
         self._taken_from = 0
         del self._buffer[0]
@@ -466,6 +425,11 @@ class PrefetchDatasetIterator(DatasetIterator):
                         continue
                     return [x]
                 stop = min(n, pos + max_elements)
+                if stop - pos < max_elements and self._caller_reads_next():
+                    # Serve all the elements asked for: the rest of this chunk in front of the next
+                    # one, read now by the caller for the elements still missing.
+                    if self._next_chunk(cur[pos:], max_elements - (n - pos)):
+                        continue
                 out = cur[pos:stop]
                 if not self._current_dense:
                     out = [x for x in out if x is not None]
@@ -477,8 +441,14 @@ class PrefetchDatasetIterator(DatasetIterator):
                 # After a (re)start the caller reads the first chunk itself: as many elements as
                 # it asks for now (a worker skipping to a restored position, a batch), not one.
                 self._sync_chunk = min(max_elements, self._chunk_limit(False))
-            if not self._next_chunk():
+            if not self._next_chunk(None, max_elements):
                 raise StopIteration
+
+    def _caller_reads_next(self) -> bool:
+        """Whether the next chunk is read by the caller when asked for (nothing read ahead)."""
+        if self._buffer or self._read_to >= self._len:
+            return False
+        return self._sync or self._cold or (self._policy.inline and not self._policy.read_ahead)
 
     def unread(self, count: int) -> None:
         """Moves back over the last ``count`` elements the latest ``next_chunk`` returned."""

@@ -1,0 +1,92 @@
+"""How ``to_iter_dataset`` sizes its chunks from how long recent ones took (``ChunkSizes``, a base
+of ``prefetch.PrefetchDatasetIterator``): chunks read when asked for (``_adapt_sync``) and chunks
+the thread pool reads ahead (``_adapt``). Sizes change how work is split, never which elements come
+out, in what order, or the state (see the ``prefetch`` module docstring)."""
+
+from __future__ import annotations
+
+from grain_core.options import ReadOptions
+
+_MIN_CHUNK_SECONDS = 0.002
+_MAX_CHUNK_SECONDS = 0.02
+_POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
+_SYNC_GROW_SECONDS = 0.002  # synchronous chunks double while reading one takes less than this
+_SYNC_GAIN = 0.9  # ... or while doubling them cut the cost per element to at most this share
+_SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the caller element-wise
+
+
+class ChunkSizes:
+    """The chunk-size rules of ``PrefetchDatasetIterator``, which holds the attributes below and
+    defines ``_chunk_limit``."""
+
+    _sync: bool  # no read-ahead (no threads or no buffer)
+    _read_options: ReadOptions
+    _floor: int  # a bulk source's floor (bulk_reads)
+    _chunk: int  # elements of the next chunk read ahead by the pool
+    _sync_chunk: int  # elements of the next chunk read when asked for
+    _sync_cost: dict[int, float]  # seconds per element of the last chunk read when asked for, by size
+    _pool_cost: dict[int, float]  # ... and of the last pool chunk
+    _typical_seconds: float  # how long a chunk recently took
+
+    def _chunk_limit(self, ahead: bool, asked: bool = False) -> int:
+        raise NotImplementedError
+
+    def _adapt_sync(self, seconds: float, elements: int) -> None:
+        """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).
+
+        Doubling while one takes under ``_SYNC_GROW_SECONDS``; past that, a size whose double was
+        never read is tried once, and chunks keep doubling while the last doubling cut the cost
+        per element to ``_SYNC_GAIN`` of the half size's or less (bulk reads with a high cost per
+        call, such as ArrayRecord's reader or a remote source's round trip, grow to where that
+        cost is spread). With threads, growing stops and halving starts at ``4 x
+        _SYNC_GROW_SECONDS`` (a chunk read when asked for stays quick enough to be read inline),
+        unless doubling gained (or was never tried): a high-latency source (remote reads) gets
+        indices in bulk. Trying or gaining grows a chunk only while one takes under
+        ``_SLOW_MIN_SECONDS`` (a CPU-bound map's chunks settle near ``_MAX_CHUNK_SECONDS``)."""
+        limit = self._chunk_limit(False)
+        longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
+        cost = seconds / max(elements, 1)
+        self._sync_cost[elements] = cost
+        half = self._sync_cost.get(elements // 2)
+        gained = half is not None and cost <= _SYNC_GAIN * half
+        explore = 2 * elements not in self._sync_cost
+        if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and seconds < _SLOW_MIN_SECONDS):
+            self._sync_chunk = min(self._sync_chunk * 2, limit)
+        elif seconds > longest:
+            self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
+        else:
+            self._sync_chunk = min(self._sync_chunk, limit)
+        self._sync_chunk = max(self._sync_chunk, min(self._floor, limit))  # a bulk source's floor
+
+    def _adapt(self, seconds: float, pool_seconds: float, elements: int) -> None:
+        """Resizes pool chunks from how long the last one (``elements`` elements) took on its own
+        (``seconds``) and what it cost the thread pool (``pool_seconds``: at most the time since
+        the chunk before it was done).
+
+        Threads sharing the CPU (and the GIL) make every chunk take longer the more run at once, so
+        ``seconds`` overstates what a chunk costs when threads contend; ``pool_seconds`` does not.
+        Chunks grow past ``prefetch_buffer_size // num_threads`` only when they are fast on their
+        own, so slow (e.g. I/O-bound) reads still keep every thread busy; bulk readers with a high
+        cost per call (ArrayRecord) get calls as large as one thread's share of the buffer. Chunks
+        whose cost per element fell to ``_SYNC_GAIN`` or less of the half size's (a high-latency
+        source, e.g. a remote reader) keep doubling up to the chunk limit, and do not halve."""
+        limit = self._chunk_limit(True)
+        self._typical_seconds = seconds
+        budget = self._read_options.prefetch_buffer_size
+        cost = seconds / max(elements, 1)
+        self._pool_cost[elements] = cost
+        smaller = [k for k in self._pool_cost if elements // 2 <= k < elements]  # <= limit keys
+        half = self._pool_cost[max(smaller)] if smaller else None
+        gained = half is not None and cost <= _SYNC_GAIN * half
+        if seconds < _MIN_CHUNK_SECONDS:
+            self._chunk = min(self._chunk * 2, limit)
+        elif pool_seconds < _POOL_GROW_SECONDS:
+            per_thread = min(limit, budget // max(self._read_options.num_threads, 1))
+            self._chunk = min(self._chunk * 2, max(self._chunk, per_thread), limit)
+        elif gained and elements >= self._chunk:
+            self._chunk = min(self._chunk * 2, limit)
+        elif pool_seconds > _MAX_CHUNK_SECONDS and not gained:
+            self._chunk = max(1, self._chunk // 2)
+        else:
+            self._chunk = min(self._chunk, limit)
+        self._chunk = max(self._chunk, min(self._floor, limit))  # a bulk source's floor
