@@ -7,10 +7,12 @@ runs in process, with ``mp_prefetch`` over ``K`` worker processes, and with ``K`
 first ``K`` elements, one per worker), the rate after them, and the ratios of the rates. ``ray.init`` is timed once.
 
 Usage: ``python benchmarks/bench_ray.py [--size tiny|small|full] [--workers K] [--address ADDR]
-[--buffer per_worker_buffer_size] [--min-buffer-size M]`` (buffer default 1, Grain's default, for
+[--buffer per_worker_buffer_size] [--min-buffer-size M] [--object-store]`` (buffer default 1, Grain's default, for
 both runtimes: the actors group elements by bytes, ``RayRuntime.ahead_bytes``;
 ``--min-buffer-size M`` adds a row: Ray with ``RayRuntime(min_buffer_size=M)``, which lets the
-actors group ``M`` elements per call when ``--buffer`` is smaller); from
+actors group ``M`` elements per call when ``--buffer`` is smaller; ``--object-store`` runs the Ray
+rows with ``RayRuntime(shared_memory=False)``: every group through Ray's object store, as on a
+remote node, instead of the one-host shared-memory path); from
 ``benchmarks/run.py`` it runs at full size (``GRAIN_CORE_BENCH_RAY_SIZE=tiny`` for a smoke run).
 """
 
@@ -68,6 +70,7 @@ def run(
     address: str | None = None,
     buffer: int = 1,
     min_buffer_size: int | None = None,
+    object_store: bool = False,
 ) -> dict:
     """Runs the comparison; prints and returns ``{pipeline: {runtime: (start s, rate)}}``."""
     try:
@@ -97,11 +100,12 @@ def run(
     print(
         f"Ray runtime benchmark ({size}): {workers} workers, per_worker_buffer_size={buffer}; "
         f"ray.init {init_s:.2f} s" + ("; actors at nice 0" if address is None else "")
+        + ("; groups through the object store" if object_store else "")
     )
     # A Ray call costs ~1 ms where a pipe costs ~20 us: the actors group elements up to
     # RayRuntime.ahead_bytes (16 MiB) per call whatever the buffer.
     options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=buffer)
-    runtime = RayRuntime(num_cpus=1)
+    runtime = RayRuntime(num_cpus=1, shared_memory=not object_store)
     out: dict = {}
     try:
         for name, n, big in (("small elements", small_n, False), ("256 KiB elements", big_n, True)):
@@ -113,7 +117,9 @@ def run(
                 ),
             }
             if min_buffer_size is not None:
-                grouped = RayRuntime(num_cpus=1, min_buffer_size=min_buffer_size)
+                grouped = RayRuntime(
+                    num_cpus=1, min_buffer_size=min_buffer_size, shared_memory=not object_store
+                )
                 rows[f"Ray({workers}) min_buffer_size={min_buffer_size}"] = measure(
                     pipeline(n, big).mp_prefetch(options, runtime=grouped), workers
                 )
@@ -150,5 +156,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--min-buffer-size", type=int, default=None, help="adds a row: RayRuntime(min_buffer_size=)"
     )
+    parser.add_argument(
+        "--object-store",
+        action="store_true",
+        help="Ray rows with RayRuntime(shared_memory=False): groups through the object store",
+    )
     args = parser.parse_args()
-    run(args.size, args.workers, args.address, args.buffer, args.min_buffer_size)
+    run(args.size, args.workers, args.address, args.buffer, args.min_buffer_size, args.object_store)

@@ -32,6 +32,10 @@ Plugins and runtimes
   ``hookimpl``, ``register``, ``ENTRY_POINT_GROUP``, the plugin errors; the runtime API
   (``WorkerJob``, ``WorkerLoop``, ``WorkerPool``, the messages ``Start`` / ``Elements`` / ``End`` /
   ``Failure`` / ...), see ``docs/writing-plugins.md``, "Write a runtime".
+Shared memory (a runtime whose workers share the consumer's host)
+  ``MessageWriter`` / ``MessageReader``, ``ShmFullError``, ``new_shm_prefix``, ``sweep_shm``,
+  ``reclaim_stale_shm``, ``shm_min_free_bytes``, ``SHM_AVAILABLE``: ``mp_prefetch``'s transport
+  (:mod:`grain_core.runtime.shm`), see ``docs/writing-plugins.md``, "Shared memory for a runtime".
 Threads
   ``ReadAhead``: an iterator read ahead by a background thread with exact states, bounded stops
   and interrupt-safe commits (what thread prefetch and interleave's ``iter_buffer_size`` use).
@@ -168,6 +172,16 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "next_or_rollback",
     ),
     "grain_core.runtime.read_ahead": ("ReadAhead",),
+    "grain_core.runtime.shm": (
+        "SHM_AVAILABLE",
+        "MessageReader",
+        "MessageWriter",
+        "ShmFullError",
+        "new_shm_prefix",
+        "reclaim_stale_shm",
+        "shm_min_free_bytes",
+        "sweep_shm",
+    ),
 }
 
 _HOME: dict[str, str] = {name: mod for mod, names in _MODULES.items() for name in names}
@@ -264,6 +278,16 @@ if TYPE_CHECKING:  # the same names, for type checkers
         next_or_rollback,
     )
     from grain_core.runtime.read_ahead import ReadAhead
+    from grain_core.runtime.shm import (
+        SHM_AVAILABLE,
+        MessageReader,
+        MessageWriter,
+        ShmFullError,
+        new_shm_prefix,
+        reclaim_stale_shm,
+        shm_min_free_bytes,
+        sweep_shm,
+    )
     from grain_core.seeds import (
         MAX_SEED,
         ElementRngs,

@@ -421,3 +421,24 @@ def sweep(prefix: str) -> int:
         except FileNotFoundError:
             pass
     return n
+
+
+# --- the plugin-author names (re-exported by ``grain_core.author``) ----------------------------------
+# A runtime plugin whose workers share this host with the consumer (e.g. grain-plugin-ray's actors on
+# the consumer's node) moves elements the way ``mp_prefetch`` does, under the same rules (see the
+# module docstring and docs/writing-plugins.md, "Shared memory for a runtime"): the consumer makes a
+# prefix with ``new_shm_prefix()`` and hands it to the worker; the worker writes each message with a
+# ``MessageWriter(prefix, shm_min_free_bytes())`` and releases a message's segment once the consumer
+# has read it; the consumer reads with one ``MessageReader`` (copies out, unlinks each name it
+# opens) and, once the workers are gone, calls ``sweep_shm(prefix)``.
+
+#: Whether this platform has POSIX shared memory (``AVAILABLE``).
+SHM_AVAILABLE = AVAILABLE
+#: :func:`new_prefix`: a segment-name prefix holding this (the consumer's) pid.
+new_shm_prefix = new_prefix
+#: :func:`sweep`: unlinks every segment whose name starts with a prefix.
+sweep_shm = sweep
+#: :func:`reclaim_stale`: unlinks segments whose consumer no longer runs.
+reclaim_stale_shm = reclaim_stale
+#: :func:`min_free_bytes`: bytes a writer leaves free in ``/dev/shm`` (``GRAIN_CORE_SHM_MIN_FREE_MB``).
+shm_min_free_bytes = min_free_bytes

@@ -12,6 +12,10 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
 * ``fetch(acked, wait_s)``: every message the loop sent after message ``acked``, waiting up to
   ``wait_s`` seconds for the first. Batches of elements travel as the method's return value, through Ray's
   object store (numpy leaves of large results are zero-copy views for the consumer).
+* On the consumer's own Ray node, groups of elements travel through shared memory instead
+  (:mod:`grain_plugin_ray.shm_path`): ``send`` writes each group's large buffers into a pooled
+  segment and the outbox keeps a small descriptor; a segment is reused once the consumer
+  acknowledged its group.
 * ``hurry()``: the consumer waits for this actor's next message; the fetch in flight (or the next
   one) returns as soon as it has one.
 
@@ -34,6 +38,7 @@ import time
 from typing import Any
 
 from grain_core.author import AHEAD_BYTES, WorkerJob, WorkerLoop, nbytes
+from grain_plugin_ray.shm_path import ShmSender, usable
 
 __all__ = ["GROUP_ELEMENTS", "HOLD_SECONDS", "ActorEndpoint", "Location", "WorkerActor"]
 
@@ -69,8 +74,13 @@ class ActorEndpoint:
       interruption) is returned again by the next ``fetch``.
     """
 
-    def __init__(self, group_bytes: int = 0) -> None:
+    def __init__(self, group_bytes: int = 0, sender: ShmSender | None = None) -> None:
         self._cond = threading.Condition()
+        # The one-host path: every Elements message is encoded by the sender, in outbox order
+        # (under _send_lock); each acknowledged one frees its segment before the next write.
+        self._sender = sender
+        self._send_lock = threading.Lock()
+        self._release_due = 0
         self._waiting: dict[int, list[Any]] = {}  # commands that came before an earlier seq
         self._ready: collections.deque[Any] = collections.deque()
         self._next_command = 0
@@ -87,11 +97,16 @@ class ActorEndpoint:
 
     def send(self, message: Any) -> None:
         size = _message_bytes(message)
-        with self._cond:
-            self._outbox.append(message)
-            self._sizes.append(size)
-            self._count(size, 1)
-            self._cond.notify_all()
+        with self._send_lock:
+            if self._sender is not None and size[1] >= 0:
+                with self._cond:
+                    release, self._release_due = self._release_due, 0
+                message = self._sender.encode(message, release)
+            with self._cond:
+                self._outbox.append(message)
+                self._sizes.append(size)
+                self._count(size, 1)
+                self._cond.notify_all()
 
     def receive(self, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -153,7 +168,10 @@ class ActorEndpoint:
         with self._cond:
             while self._outbox and self._outbox[0].seq <= acked:
                 self._outbox.popleft()
-                self._count(self._sizes.popleft(), -1)
+                size = self._sizes.popleft()
+                self._count(size, -1)
+                if self._sender is not None and size[1] >= 0:
+                    self._release_due += 1  # its segment is free: the consumer copied it out
             while not self._outbox:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -171,12 +189,13 @@ class ActorEndpoint:
 
 
 class Location:
-    """Where an actor runs: Ray node id and process id."""
+    """Where an actor runs: Ray node id and process id, and whether its groups travel through
+    shared memory (it runs on the consumer's node, see :mod:`grain_plugin_ray.shm_path`)."""
 
-    __slots__ = ("node_id", "pid")
+    __slots__ = ("node_id", "pid", "shared_memory")
 
-    def __init__(self, node_id: str, pid: int):
-        self.node_id, self.pid = node_id, pid
+    def __init__(self, node_id: str, pid: int, shared_memory: bool = False):
+        self.node_id, self.pid, self.shared_memory = node_id, pid, shared_memory
 
     def __repr__(self) -> str:
         return f"node {self.node_id[:12]}, pid {self.pid}"
@@ -184,15 +203,30 @@ class Location:
 
 class WorkerActor:
     """Worker ``index`` of ``job.worker_count``; see the module docstring. ``ahead_bytes`` is the
-    worker loop's byte allowance (``RayRuntime.ahead_bytes``)."""
+    worker loop's byte allowance (``RayRuntime.ahead_bytes``). With ``shm_prefix`` (made by the
+    consumer) and when this actor runs on ``consumer_node``, groups travel through shared memory
+    with segment names starting with ``shm_prefix``."""
 
-    def __init__(self, job: WorkerJob, index: int, ahead_bytes: int = AHEAD_BYTES):
+    def __init__(
+        self,
+        job: WorkerJob,
+        index: int,
+        ahead_bytes: int = AHEAD_BYTES,
+        shm_prefix: str | None = None,
+        consumer_node: str | None = None,
+    ):
         own_path = list(sys.path)
         job.environment.apply()
         # The consumer's paths first; this node's own after them (a remote node's interpreter may
         # live elsewhere than the consumer's).
         sys.path.extend(p for p in own_path if p not in sys.path)
-        self._endpoint = ActorEndpoint(group_bytes=ahead_bytes // 2)
+        self._sender: ShmSender | None = None
+        if shm_prefix is not None and usable():
+            import ray
+
+            if ray.get_runtime_context().get_node_id() == consumer_node:
+                self._sender = ShmSender(shm_prefix)
+        self._endpoint = ActorEndpoint(group_bytes=ahead_bytes // 2, sender=self._sender)
         self._loop = WorkerLoop(
             job, index, self._endpoint, size_of=nbytes, ahead_bytes=ahead_bytes
         )
@@ -213,4 +247,6 @@ class WorkerActor:
     def location(self) -> Location:
         import ray
 
-        return Location(ray.get_runtime_context().get_node_id(), os.getpid())
+        return Location(
+            ray.get_runtime_context().get_node_id(), os.getpid(), self._sender is not None
+        )

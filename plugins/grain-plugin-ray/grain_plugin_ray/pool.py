@@ -24,7 +24,11 @@ reads the channels; this module only moves messages:
   With ``RayRuntime.max_restarts`` the channel first replaces a dead actor (up to that many times
   per worker): the new actor starts where the last message received from the old one ended
   (:class:`~grain_plugin_ray.resume.ResumePoint`), so the consumer sees the same stream.
-* :meth:`RayWorkerPool.close` kills every actor (``ray.kill``, no restart). The consumer calls it at
+* Groups of actors on the consumer's node arrive as shared-memory descriptors
+  (:mod:`grain_plugin_ray.shm_path`): :meth:`RayChannel.peek` copies them out into fresh arrays
+  before it acknowledges them.
+* :meth:`RayWorkerPool.close` kills every actor (``ray.kill``, no restart), then unlinks what is
+  left of their shared-memory segments once their processes are gone. The consumer calls it at
   ``close()``, ``with`` exit, garbage collection and interpreter exit.
 """
 
@@ -38,6 +42,7 @@ from typing import Any, Protocol
 
 from grain_core.author import AHEAD_BYTES, Consumed, WorkerLostError, nbytes
 from grain_plugin_ray.resume import ResumePoint
+from grain_plugin_ray.shm_path import ShmReceiver, forget_prefix, wait_gone
 
 
 class PlacementSettings(Protocol):
@@ -141,6 +146,7 @@ class RayChannel:
             self.index, self.name, reason, name, self.restarts, self._pool.runtime.max_restarts,
         )
         commands = self._resume.replacement()
+        self._pool.release_shm([(self.name, self._pid())])
         self.actor, self.name = actor, name
         self._seq, self._acked, self._fetch = 0, 0, None
         self._location_ref = actor.location.remote()
@@ -201,7 +207,11 @@ class RayChannel:
             raise WorkerLostError(self.lost) from None
         # An interruption anywhere below loses nothing: messages stay in the actor until
         # acknowledged by a later fetch, and the consumer applies a repeated message once.
-        new = [m for m in messages if m.seq > self._acked]
+        try:
+            new = [self._pool.decode(m, self.name) for m in messages if m.seq > self._acked]
+        except OSError as e:
+            self.lost = f"({self._where()}) {e}"
+            raise WorkerLostError(self.lost) from None
         if new:
             self._placed = True
             seen = [self._resume.received_message(m) for m in new]  # idempotent per message
@@ -226,6 +236,19 @@ class RayChannel:
         import ray
 
         return ray.get(self._location_ref, timeout=timeout)
+
+    def _pid(self) -> int | None:
+        """The actor's pid when it runs on this node with shared memory and has said so."""
+        import ray
+
+        try:
+            done, _ = ray.wait([self._location_ref], timeout=0)
+            if done:
+                loc = ray.get(done[0])
+                return loc.pid if loc.shared_memory else None
+        except Exception:
+            pass
+        return None
 
     def _where(self) -> str:
         import ray
@@ -283,8 +306,13 @@ class RayWorkerPool:
         buffer_size: int = 1,
         spawn: Callable[[int, str], Any] | None = None,
         ahead_bytes: int = AHEAD_BYTES,
+        shm_prefixes: dict[str, str] | None = None,
     ):
         self.runtime = runtime
+        # The one-host path: actor name -> its segments' prefix (filled by spawn), and the
+        # reader of every actor's segments.
+        self._shm_prefixes = shm_prefixes
+        self._receiver = ShmReceiver() if shm_prefixes is not None else None
         self._spawn = spawn
         self._replacements: list[Any] = []  # every replacement actor started (killed at close)
         #: Elements each actor may hold ahead of ``next()`` (the actors' ``WorkerJob.buffer_size``).
@@ -293,6 +321,23 @@ class RayWorkerPool:
         self.ahead_bytes = ahead_bytes
         self.closed = False
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
+
+    def decode(self, message: Any, actor: str) -> Any:
+        """``message`` with a shared-memory group read back into ``Elements`` of fresh arrays."""
+        if self._receiver is None:
+            return message
+        return self._receiver.decode(message, actor)
+
+    def release_shm(self, actors: list[tuple[str, int | None]]) -> None:
+        """Unlinks what is left of these dead (or killed) actors' segments (by actor name), once
+        each process (pid, where known) is gone."""
+        if self._shm_prefixes is None:
+            return
+        wait_gone([pid for _, pid in actors if pid is not None])
+        for name, _ in actors:
+            prefix = self._shm_prefixes.pop(name, None)
+            if prefix is not None:
+                forget_prefix(prefix)
 
     @property
     def can_replace(self) -> bool:
@@ -317,15 +362,27 @@ class RayWorkerPool:
         if self.closed:
             return
         self.closed = True
+        pids: list[int | None] = []
         try:
             import ray
 
-            if not ray.is_initialized():
-                return  # Ray shut down already: its actors went with it
-            for actor in [c.actor for c in self.channels] + self._replacements:
-                try:
-                    ray.kill(actor, no_restart=True)
-                except Exception:
-                    pass
+            if ray.is_initialized():  # else Ray shut down already: its actors went with it
+                if self._shm_prefixes is not None:
+                    pids = [c._pid() for c in self.channels]
+                for actor in [c.actor for c in self.channels] + self._replacements:
+                    try:
+                        ray.kill(actor, no_restart=True)
+                    except Exception:
+                        pass
         except Exception:  # interpreter exit: modules may be half torn down
+            pass
+        try:
+            if self._shm_prefixes is not None:
+                self.release_shm(
+                    list(zip([c.name for c in self.channels], pids))
+                    + [(name, None) for name in list(self._shm_prefixes)]
+                )
+            if self._receiver is not None:
+                self._receiver.close()
+        except Exception:  # pragma: no cover - interpreter exit
             pass

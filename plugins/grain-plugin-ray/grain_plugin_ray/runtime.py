@@ -16,6 +16,7 @@ from typing import Any
 from grain_core.author import AHEAD_BYTES, WorkerJob
 from grain_plugin_ray.actor import WorkerActor
 from grain_plugin_ray.pool import RayWorkerPool
+from grain_plugin_ray.shm_path import remember_prefix, usable
 
 __all__ = ["ACTOR_NAMESPACE", "DEFAULT_AHEAD_BYTES", "RayRuntime"]
 
@@ -72,6 +73,11 @@ class RayRuntime:
         the last checkpoint to continue). ``n > 0``: the iterator replaces a dead actor up to
         ``n`` times per worker; the new actor restarts from the state of the last elements
         received from the old one, so the output stays exactly the same.
+      shared_memory: True (default): an actor that runs on this process's own Ray node sends the
+        large buffers of its groups through POSIX shared memory, as ``mp_prefetch``'s worker
+        processes do, instead of Ray's object store (see :mod:`grain_plugin_ray.shm_path`): the
+        elements arrive as fresh, writable arrays. Actors on other nodes, and groups when
+        ``/dev/shm`` lacks room, use the object store. False: always the object store.
 
     As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
     not yet returned by ``next()`` (plus the one it produces meanwhile; see ``min_buffer_size``).
@@ -88,6 +94,7 @@ class RayRuntime:
     min_buffer_size: int | None = None
     max_restarts: int = 0
     ahead_bytes: int = DEFAULT_AHEAD_BYTES
+    shared_memory: bool = True
 
     def __post_init__(self) -> None:
         if self.address is not None and not isinstance(self.address, str):
@@ -122,6 +129,10 @@ class RayRuntime:
             raise ValueError(
                 f"RayRuntime.ahead_bytes must be an int >= {AHEAD_BYTES} (the worker loop's own "
                 f"allowance, grain_core.author.AHEAD_BYTES), got {self.ahead_bytes!r}."
+            )
+        if not isinstance(self.shared_memory, bool):
+            raise TypeError(
+                f"RayRuntime.shared_memory must be True or False, got {self.shared_memory!r}."
             )
         if (
             isinstance(self.max_restarts, bool)
@@ -171,10 +182,29 @@ class RayRuntime:
         actor_class = ray.remote(WorkerActor)
         tag = uuid.uuid4().hex[:12]
         names = [f"grain_core-{tag}-w{i}" for i in range(job.worker_count)]
+        # The one-host path: actors on this node write their groups into shared memory, under a
+        # prefix per actor (swept by the pool once the actor is gone).
+        prefixes: dict[str, str] | None = None
+        node = None
+        if self.shared_memory and usable():
+            from grain_core.author import new_shm_prefix, reclaim_stale_shm
+
+            reclaim_stale_shm()  # what consumers killed outright left behind
+            prefixes = {}
+            node = ray.get_runtime_context().get_node_id()
 
         def spawn(i: int, name: str) -> Any:
             opts = self.actor_options(name, ACTOR_NAMESPACE)
-            return actor_class.options(**opts).remote(job_ref, i, self.ahead_bytes)
+            prefix = None
+            if prefixes is not None:
+                prefix = new_shm_prefix()
+                remember_prefix(prefix)
+            actor = actor_class.options(**opts).remote(
+                job_ref, i, self.ahead_bytes, prefix, node
+            )
+            if prefixes is not None and prefix is not None:
+                prefixes[name] = prefix
+            return actor
 
         actors: list[Any] = []
         try:
@@ -185,5 +215,11 @@ class RayRuntime:
                 ray.kill(a, no_restart=True)
             raise
         return RayWorkerPool(
-            self, actors, names, actor_job.buffer_size, spawn, ahead_bytes=self.ahead_bytes
+            self,
+            actors,
+            names,
+            actor_job.buffer_size,
+            spawn,
+            ahead_bytes=self.ahead_bytes,
+            shm_prefixes=prefixes,
         )

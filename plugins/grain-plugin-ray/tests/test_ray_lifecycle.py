@@ -269,12 +269,14 @@ def test_actors_group_elements_up_to_ahead_bytes_at_a_buffer_of_one(tmp_path):
 
 
 def test_large_numpy_leaves_arrive_through_the_object_store():
-    """256 KiB leaves come back equal, as read-only zero-copy views of Ray's object store."""
+    """256 KiB leaves come back equal, as read-only zero-copy views of Ray's object store (with
+    the one-host shared-memory path switched off, as for actors on other nodes)."""
     def big(x):
         return {"x": x, "a": np.full(1 << 15, x, dtype=np.int64)}
 
     ds = grain.MapDataset.range(6).map(big).to_iter_dataset()
-    with iter(ds.mp_prefetch(MP(num_workers=2), runtime=RT)) as it:
+    store = RayRuntime(num_cpus=0, shared_memory=False)
+    with iter(ds.mp_prefetch(MP(num_workers=2), runtime=store)) as it:
         got = list(it)
     assert [int(e["x"]) for e in got] == list(range(6))
     for e in got:
