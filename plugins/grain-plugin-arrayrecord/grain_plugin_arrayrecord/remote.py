@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from grain_core.author import RetryPolicy, file_size, read_ranges
-from grain_plugin_arrayrecord import riegeli
+from grain_plugin_arrayrecord import http_ranges, riegeli
 
 __all__ = [
     "BULK_READ_SIZE",
@@ -118,9 +118,30 @@ _CHUNKS = _LRU(CHUNK_CACHE_BYTES)
 
 
 def clear_caches() -> None:
-    """Forgets every cached index and decoded chunk (e.g. after files were rewritten)."""
+    """Forgets every cached index and decoded chunk (e.g. after files were rewritten), and closes
+    idle HTTP connections."""
     _INDEXES.clear()
     _CHUNKS.clear()
+    http_ranges.close_idle()
+
+
+def fetch_ranges(
+    fs: Any,
+    paths: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    *,
+    retry: RetryPolicy,
+    concurrency: int,
+) -> list[bytes]:
+    """``read_ranges`` of ``grain_core`` (fsspec), or, for plain ``http://`` URLs of a default
+    fsspec HTTP filesystem, :func:`http_ranges.read_ranges` (same contract, about a tenth of the
+    CPU per request)."""
+    if paths and all(http_ranges.usable(fs, p) for p in set(paths)):
+        return http_ranges.read_ranges(
+            fs, paths, starts, ends, retry=retry, concurrency=concurrency
+        )
+    return read_ranges(fs, paths, starts, ends, retry=retry, concurrency=concurrency)
 
 
 def coalesce(
@@ -172,9 +193,9 @@ class RemoteReader:
     # --- index ----------------------------------------------------------------------------------
 
     def _ranges(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-        return read_ranges(
+        return fetch_ranges(
             self._fs,
-            self._path,
+            [self._path] * len(starts),
             starts,
             ends,
             retry=self._retry,
@@ -359,7 +380,7 @@ def read_many(reads: Sequence[tuple[RemoteReader, Sequence[int]]]) -> list[list[
                 size += more
                 stop += 1
             wave = todo[pos:stop]
-            datas = read_ranges(
+            datas = fetch_ranges(
                 first._fs,
                 [plan.reader._path for plan, _ in wave],
                 [req[2] for _, req in wave],

@@ -36,20 +36,20 @@ def test_records_of_several_files_are_one_concurrent_batch(files, monkeypatch):
     d, names = files
     expected = [r for n in names for r in _reference(d / n)]
     calls: list[list[str]] = []
-    real = remote.read_ranges
+    real = remote.fetch_ranges
 
     def counted(fs, path, starts, ends, **kw):
-        calls.append([path] if isinstance(path, str) else list(path))
+        calls.append(list(path))
         return real(fs, path, starts, ends, **kw)
 
     with RangeHTTPServer(d) as server:
         src = ArrayRecordDataSource([f"{server.url}/{n}" for n in names])
         assert len(src) == len(expected)  # indexes read here
-        monkeypatch.setattr(remote, "read_ranges", counted)
+        monkeypatch.setattr(remote, "fetch_ranges", counted)
         before = server.requests
         order = np.random.default_rng(1).permutation(len(src)).tolist()
         assert src.__getitems__(order) == [expected[i] for i in order]
-        # one read_ranges call holds every file's requests (one coalesced span per file here)
+        # one fetch_ranges call holds every file's requests (one coalesced span per file here)
         assert len(calls) == 1 and sorted(set(calls[0])) == sorted(set(calls[0]))
         assert len({p.rsplit("/", 1)[-1] for p in calls[0]}) == len(names)
         assert server.requests - before == len(calls[0]) == len(names)

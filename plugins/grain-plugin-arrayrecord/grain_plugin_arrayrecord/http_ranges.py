@@ -1,0 +1,391 @@
+"""Byte ranges of plain ``http://`` URLs over keep-alive sockets from one thread (no aiohttp).
+
+fsspec's HTTP filesystem runs every range request through aiohttp on its event loop thread, about
+0.2 ms of client CPU per request; a shuffled read of small records makes one request per few
+records, so that cost bounds the rate. :func:`read_ranges` sends the same ``GET`` with a ``Range``
+header over non-blocking sockets watched by one ``selectors`` loop in the calling thread, keeps the
+connections open between calls (a bounded per-process pool), and parses only what a range answer
+needs (status, ``Content-Length``, ``Content-Range``, ``Connection``).
+
+It is used only where it changes nothing but the cost (:func:`usable`): fsspec's
+``HTTPFileSystem`` made without options (no headers, auth or client arguments, which this client
+would not send) and a plain ``http://`` URL of printable ASCII. Every answer it does not take as it
+is (a redirect, a ``200`` whole body, ``416``, chunked or encoded bodies, any other 4xx) reads that
+range again through fsspec's ``cat_ranges`` (``grain_core``'s ``read_ranges``, with its retries),
+so the records and the errors are fsspec's. A ``404`` is a ``FileNotFoundError``; connection
+errors, timeouts and ``5xx``/``408``/``429`` are transient: only those ranges are tried again, with
+the retry policy's backoff, at most ``retry.attempts`` tries in all, then an ``OSError`` names the
+file and the range. Waits are bounded: no progress on any connection for :data:`TIMEOUT_S` fails
+the ranges still open with ``TimeoutError``. A connection reused from the pool that the server had
+closed is replaced once by a fresh one (not counted as a try).
+
+Memory: each range's body is at most its requested length (a longer answer is refused), answer
+heads at most 64 KiB, at most ``concurrency`` connections open per call and
+:data:`MAX_IDLE` kept idle per server.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from grain_core.author import RetryPolicy, is_transient
+from grain_core.author import read_ranges as fsspec_read_ranges
+
+__all__ = ["ENABLED", "MAX_IDLE", "TIMEOUT_S", "close_idle", "read_ranges", "usable"]
+
+#: Set to False to send every request through fsspec instead.
+ENABLED = True
+#: Seconds without progress on any open connection before the open ranges fail (transient).
+TIMEOUT_S = 30.0
+#: Idle keep-alive connections kept per server between calls.
+MAX_IDLE = 128
+_MAX_HEAD = 65536
+_RECV = 32768  # below malloc's mmap threshold: a bigger buffer costs an mmap per call
+
+_LOCK = threading.Lock()
+_IDLE: dict[tuple[int, str], list[socket.socket]] = {}  # (pid, host:port) -> idle sockets
+
+
+class HTTPStatusError(OSError):
+    """An HTTP answer of a failing status (``status``: 5xx, 408 or 429 are transient)."""
+
+    def __init__(self, status: int, url: str):
+        super().__init__(f"HTTP {status} for {url}")
+        self.status = status
+
+
+class _Fallback(Exception):
+    """An answer this client does not take as it is: fsspec reads the range."""
+
+
+def usable(fs: Any, path: str) -> bool:
+    """Whether ranges of ``path`` in ``fs`` may go through this client (see the module doc)."""
+    if not ENABLED or not path.startswith("http://") or "#" in path:
+        return False
+    if not all(32 < ord(ch) < 127 for ch in path):
+        return False
+    try:
+        from fsspec.implementations.http import HTTPFileSystem
+    except ImportError:  # pragma: no cover - fsspec's HTTP needs aiohttp
+        return False
+    return (
+        type(fs) is HTTPFileSystem
+        and not getattr(fs, "client_kwargs", None)
+        and not getattr(fs, "kwargs", None)
+    )
+
+
+def close_idle() -> None:
+    """Closes the idle connections kept for later calls."""
+    with _LOCK:
+        socks = [s for group in _IDLE.values() for s in group]
+        _IDLE.clear()
+    for s in socks:
+        s.close()
+
+
+def _take_idle(netloc: str) -> socket.socket | None:
+    with _LOCK:
+        group = _IDLE.get((os.getpid(), netloc))
+        return group.pop() if group else None
+
+
+def _give_idle(netloc: str, sock: socket.socket) -> None:
+    with _LOCK:
+        group = _IDLE.setdefault((os.getpid(), netloc), [])
+        if len(group) < MAX_IDLE:
+            group.append(sock)
+            return
+    sock.close()
+
+
+class _Request:
+    __slots__ = (
+        *("i", "netloc", "addr", "target", "start", "end"),
+        *("sock", "out", "buf", "body", "got", "reused", "keep"),
+    )
+
+    def __init__(self, i: int, url: str, start: int, end: int):
+        parts = urlsplit(url)
+        self.i, self.netloc, self.start, self.end = i, parts.netloc, start, end
+        self.addr = (parts.hostname or "", parts.port or 80)
+        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.sock: socket.socket | None = None
+        self.out = b""
+        self.buf = bytearray()
+        self.body: bytearray | None = None
+        self.got = 0
+        self.reused = False  # on a connection that answered before (the server may have shut it)
+        self.keep = False  # the server keeps the connection open after this answer
+
+
+def _parse_head(req: _Request, head: bytes, url: str) -> tuple[int, bool]:
+    """``(body length, keep the connection)`` of a range answer; raises for other answers."""
+    lines = head.split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    if len(status_line) < 2 or not status_line[1].isdigit():
+        raise ConnectionError(f"not an HTTP answer from {url}")
+    status = int(status_line[1])
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if status == 404:
+        raise FileNotFoundError(url)
+    if status >= 500 or status in (408, 429):
+        raise HTTPStatusError(status, url)
+    length = fields.get(b"content-length", b"")
+    if (
+        status != 206
+        or not length.isdigit()
+        or b"transfer-encoding" in fields
+        or fields.get(b"content-encoding", b"identity").lower() != b"identity"
+    ):
+        raise _Fallback
+    n = int(length)
+    span = fields.get(b"content-range", b"").removeprefix(b"bytes ").split(b"/")[0].split(b"-")
+    if len(span) != 2 or not (span[0].isdigit() and span[1].isdigit()):
+        raise _Fallback
+    first, last = int(span[0]), int(span[1])
+    if first != req.start or last >= req.end or n != last - first + 1:
+        raise _Fallback
+    keep = status_line[0] == b"HTTP/1.1" and fields.get(b"connection", b"").lower() != b"close"
+    return n, keep
+
+
+def _connect(req: _Request, addresses: dict[tuple[str, int], Any]) -> socket.socket:
+    """A non-blocking socket connecting to ``req``'s server (the connect completes later)."""
+    if req.addr not in addresses:
+        addresses[req.addr] = socket.getaddrinfo(*req.addr, type=socket.SOCK_STREAM)[0]
+    family, kind, proto, _, addr = addresses[req.addr]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = sock.connect_ex(addr)
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            raise ConnectionError(err, f"connecting to {req.netloc}: {os.strerror(err)}")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _fetch(urls: list[str], starts: list[int], ends: list[int], concurrency: int) -> list[Any]:
+    """One try at every range: each result is ``bytes``, an exception, or a ``_Fallback``."""
+    out: list[Any] = [None] * len(urls)
+    pending: dict[str, collections.deque[_Request]] = {}
+    for i, (u, s, e) in enumerate(zip(urls, starts, ends)):
+        if e <= s:
+            out[i] = b""
+            continue
+        req = _Request(i, u, s, e)
+        pending.setdefault(req.netloc, collections.deque()).append(req)
+    left = sum(len(q) for q in pending.values())
+    sel = selectors.DefaultSelector()
+    open_ = sel.get_map()
+    addresses: dict[tuple[str, int], Any] = {}
+
+    def send(req: _Request, sock: socket.socket, registered: bool) -> None:
+        req.sock, req.buf, req.body, req.got = sock, bytearray(), None, 0
+        req.out = (
+            f"GET {req.target} HTTP/1.1\r\nHost: {req.netloc}\r\n"
+            f"Range: bytes={req.start}-{req.end - 1}\r\nAccept-Encoding: identity\r\n\r\n"
+        ).encode("ascii")
+        event = selectors.EVENT_WRITE
+        if req.reused:  # connected: the request (a few hundred bytes) usually goes out at once
+            try:
+                req.out = req.out[sock.send(req.out) :]
+            except OSError:  # would block, or the server shut it: the write event tells
+                pass
+            if not req.out:
+                event = selectors.EVENT_READ
+        if registered:
+            sel.modify(sock, event, req)
+        else:
+            sel.register(sock, event, req)
+
+    def done(req: _Request, result: Any) -> None:
+        nonlocal left
+        out[req.i] = result
+        left -= 1
+
+    def begin(req: _Request) -> None:
+        sock = _take_idle(req.netloc)
+        req.reused = sock is not None
+        try:
+            send(req, sock if sock is not None else _connect(req, addresses), False)
+        except OSError as e:
+            if sock is not None:
+                sock.close()
+            done(req, e)
+
+    def fill() -> None:
+        for queue in pending.values():
+            while queue and len(open_) < concurrency:
+                begin(queue.popleft())
+
+    def drop(req: _Request) -> None:
+        sock, req.sock = req.sock, None
+        assert sock is not None
+        sel.unregister(sock)
+        sock.close()
+
+    fill()
+    last = time.monotonic()
+    try:
+        while left:
+            events = sel.select(min(1.0, TIMEOUT_S))
+            if not events:
+                if time.monotonic() - last > TIMEOUT_S:  # bounded: fail what is left
+                    for key in list(open_.values()):
+                        drop(key.data)
+                        done(key.data, TimeoutError(f"no answer in {TIMEOUT_S} s"))
+                    for queue in pending.values():
+                        while queue:
+                            done(queue.popleft(), TimeoutError(f"no answer in {TIMEOUT_S} s"))
+                continue
+            last = time.monotonic()
+            for key, mask in events:
+                req = key.data
+                sock = req.sock
+                if sock is None or req.sock is not key.fileobj:  # finished earlier this round
+                    continue
+                try:
+                    if mask & selectors.EVENT_WRITE:
+                        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                        if err:
+                            raise ConnectionError(err, os.strerror(err))
+                        req.out = req.out[sock.send(req.out) :]
+                        if not req.out:
+                            sel.modify(sock, selectors.EVENT_READ, req)
+                        continue
+                    if req.body is None:
+                        data = sock.recv(_RECV)
+                        if not data:
+                            raise ConnectionError(f"{req.netloc} closed the connection")
+                        req.buf += data
+                        end = req.buf.find(b"\r\n\r\n")
+                        if end < 0:
+                            if len(req.buf) > _MAX_HEAD:
+                                raise ConnectionError(f"an answer head over 64 KiB: {urls[req.i]}")
+                            continue
+                        n, keep = _parse_head(req, bytes(req.buf[:end]), urls[req.i])
+                        rest = req.buf[end + 4 :]
+                        if len(rest) > n:  # more than the body: not an answer to this request
+                            raise ConnectionError(f"{urls[req.i]} sent more than the range")
+                        req.body, req.got, req.keep = bytearray(n), len(rest), keep
+                        req.body[: len(rest)] = rest
+                    else:
+                        got = sock.recv_into(memoryview(req.body)[req.got :])
+                        if not got:
+                            raise ConnectionError(f"{req.netloc} closed the connection")
+                        req.got += got
+                    if req.got < len(req.body):
+                        continue
+                    done(req, bytes(req.body))
+                    queue = pending[req.netloc]
+                    req.sock = None
+                    if req.keep and queue:  # keep-alive: the next range of this server
+                        nxt = queue.popleft()
+                        nxt.reused = True
+                        send(nxt, sock, True)
+                        continue
+                    sel.unregister(sock)
+                    if req.keep:
+                        _give_idle(req.netloc, sock)
+                    else:
+                        sock.close()
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except (_Fallback, FileNotFoundError, HTTPStatusError) as e:  # an answer
+                    drop(req)
+                    done(req, e)
+                except OSError as e:  # the connection failed
+                    drop(req)
+                    if req.reused and req.body is None and not req.buf:
+                        req.reused = False  # the server had shut it: once more, fresh
+                        try:
+                            send(req, _connect(req, addresses), False)
+                        except OSError as again:
+                            done(req, again)
+                        continue
+                    done(req, e)
+                fill()
+    finally:
+        for key in list(open_.values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        sel.close()
+    return out
+
+
+def read_ranges(
+    fs: Any,
+    paths: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    *,
+    retry: RetryPolicy,
+    concurrency: int,
+) -> list[bytes]:
+    """The bytes ``[starts[i], ends[i])`` of URL ``paths[i]`` (each :func:`usable` with ``fs``),
+    with the contract of ``grain_core``'s ``read_ranges``: concurrent, transient failures retried
+    (only those ranges, ``retry``'s backoff, at most ``retry.attempts`` tries), an ``OSError``
+    naming the file and range for a range that fails for good, ``FileNotFoundError`` at once;
+    answers this client does not take are read through ``fs`` instead."""
+    paths, starts, ends = list(paths), [int(s) for s in starts], [int(e) for e in ends]
+    out: list[Any] = [None] * len(paths)
+    todo, fallback = list(range(len(paths))), []
+    for attempt in range(retry.attempts):
+        got = _fetch(
+            [paths[i] for i in todo],
+            [starts[i] for i in todo],
+            [ends[i] for i in todo],
+            concurrency,
+        )
+        failed = []
+        for i, r in zip(todo, got):
+            if isinstance(r, _Fallback):
+                fallback.append(i)
+            elif isinstance(r, BaseException):
+                if not is_transient(r):
+                    if isinstance(r, (FileNotFoundError, PermissionError)):
+                        raise r
+                    raise OSError(
+                        f"reading bytes [{starts[i]}, {ends[i]}) of {paths[i]!r} failed: {r!r}"
+                    ) from r
+                failed.append((i, r))
+            else:
+                out[i] = r
+        if not failed:
+            break
+        todo = [i for i, _ in failed]
+        if attempt + 1 < retry.attempts:
+            time.sleep(retry.delay(attempt))
+    else:
+        i, err = failed[0]
+        raise OSError(
+            f"reading bytes [{starts[i]}, {ends[i]}) of {paths[i]!r} failed after "
+            f"{retry.attempts} tries ({len(failed)} range(s) still failing): {err!r}"
+        ) from err
+    if fallback:
+        datas = fsspec_read_ranges(
+            fs,
+            [paths[i] for i in fallback],
+            [starts[i] for i in fallback],
+            [ends[i] for i in fallback],
+            retry=retry,
+            concurrency=concurrency,
+        )
+        for i, data in zip(fallback, datas):
+            out[i] = data
+    return out

@@ -1,0 +1,214 @@
+"""The lean ``http://`` range client (``http_ranges``) against real servers on loopback: it returns
+what fsspec returns, keeps fsspec's errors and the retry policy's bounded tries, replaces
+connections the server shut, reads answers it does not take through fsspec, and gives up on a
+silent server after a bounded wait."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import re
+import socket
+import threading
+
+import fsspec
+import numpy as np
+import pytest
+from grain_plugin_arrayrecord import http_ranges
+
+from grain_core.filesystems import RetryPolicy
+from grain_core.testing.servers import RangeHTTPServer
+from grain_core.testing.servers_asyncio import AsyncRangeServer
+
+pytestmark = pytest.mark.timeout(120)
+
+FILES = {
+    "a.bin": np.random.default_rng(0).bytes(300_000),
+    "b.bin": np.random.default_rng(1).bytes(5_000),
+}
+QUICK = RetryPolicy(attempts=3, initial_delay_s=0.01)
+
+
+@pytest.fixture
+def http_fs():
+    http_ranges.close_idle()
+    yield fsspec.filesystem("http", skip_instance_cache=True)
+    http_ranges.close_idle()
+
+
+def _asks(url: str):
+    rng = np.random.default_rng(2)
+    paths, starts, ends = [], [], []
+    for _ in range(200):
+        name = "a.bin" if rng.random() < 0.8 else "b.bin"
+        size = len(FILES[name])
+        s = int(rng.integers(0, size))
+        paths.append(f"{url}/{name}")
+        starts.append(s)
+        ends.append(s + int(rng.integers(0, 40_000)))  # some run past the end: a short answer
+    return paths, starts, ends
+
+
+@pytest.mark.parametrize("server", [RangeHTTPServer, AsyncRangeServer])
+@pytest.mark.parametrize("concurrency", [1, 3, 64])
+def test_ranges_are_fsspecs(tmp_path, http_fs, server, concurrency):
+    for name, data in FILES.items():
+        (tmp_path / name).write_bytes(data)
+    with server(str(tmp_path)) as srv:
+        paths, starts, ends = _asks(srv.url)
+        assert all(http_ranges.usable(http_fs, p) for p in paths)
+        expected = [FILES[p.rsplit("/", 1)[1]][s:e] for p, s, e in zip(paths, starts, ends)]
+        assert http_fs.cat_ranges(paths, starts, ends) == expected
+        before = srv.requests
+        for _ in range(2):  # the second time on the connections kept from the first
+            got = http_ranges.read_ranges(
+                http_fs, paths, starts, ends, retry=QUICK, concurrency=concurrency
+            )
+            assert got == expected
+        empty = sum(e <= s for s, e in zip(starts, ends))
+        assert srv.requests - before == 2 * (len(paths) - empty)  # one request per range
+
+
+def test_only_default_http_filesystems_and_plain_http_urls(http_fs, monkeypatch):
+    url = "http://127.0.0.1:1/x.array_record"
+    assert http_ranges.usable(http_fs, url)
+    assert not http_ranges.usable(http_fs, "https://example.com/x")
+    assert not http_ranges.usable(http_fs, "http://127.0.0.1:1/a b")  # fsspec quotes it
+    with_headers = fsspec.filesystem(
+        "http", skip_instance_cache=True, headers={"Authorization": "Bearer x"}
+    )
+    assert not http_ranges.usable(with_headers, url)  # options this client would not send
+    with_client = fsspec.filesystem(
+        "http", skip_instance_cache=True, client_kwargs={"trust_env": True}
+    )
+    assert not http_ranges.usable(with_client, url)
+    assert not http_ranges.usable(fsspec.filesystem("memory"), url)
+    monkeypatch.setattr(http_ranges, "ENABLED", False)
+    assert not http_ranges.usable(http_fs, url)
+
+
+def test_missing_files_and_failures_keep_fsspecs_errors_and_bounded_tries(tmp_path, http_fs):
+    (tmp_path / "a.bin").write_bytes(FILES["a.bin"])
+    with RangeHTTPServer(str(tmp_path)) as srv:
+        with pytest.raises(FileNotFoundError, match="nope.bin"):
+            http_ranges.read_ranges(
+                http_fs, [f"{srv.url}/nope.bin"], [0], [10], retry=QUICK, concurrency=4
+            )
+        srv.fail_next(2)  # two 503s, then answers: retried within the policy
+        got = http_ranges.read_ranges(
+            http_fs, [f"{srv.url}/a.bin"] * 2, [0, 10], [5, 20], retry=QUICK, concurrency=4
+        )
+        assert got == [FILES["a.bin"][:5], FILES["a.bin"][10:20]]
+        srv.fail_next(10**6)
+        before = srv.requests
+        with pytest.raises(OSError, match=r"bytes \[0, 5\) of .*a.bin.* failed after 3 tries"):
+            http_ranges.read_ranges(
+                http_fs, [f"{srv.url}/a.bin"], [0], [5], retry=QUICK, concurrency=4
+            )
+        assert srv.requests - before == 3  # exactly the policy's tries
+        srv.fail_next(0)
+
+
+class _OneShotServer:
+    """Answers one range request per connection, then closes it without saying so (as a server
+    with a per-connection request limit does): a kept connection is found shut on reuse."""
+
+    def __init__(self, data: bytes):
+        self.data, self.requests = data, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                head = b""
+                with contextlib.suppress(OSError):
+                    while b"\r\n\r\n" not in head:
+                        more = conn.recv(4096)
+                        if not more:
+                            break
+                        head += more
+                found = re.search(rb"Range: bytes=(\d+)-(\d+)", head)
+                if not found:
+                    continue
+                self.requests += 1
+                a, b = int(found[1]), min(int(found[2]), len(self.data) - 1)
+                body = self.data[a : b + 1]
+                conn.sendall(
+                    b"HTTP/1.1 206 Partial Content\r\nContent-Length: %d\r\n"
+                    b"Content-Range: bytes %d-%d/%d\r\n\r\n%s"
+                    % (len(body), a, b, len(self.data), body)
+                )
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(timeout=10)
+
+
+def test_connections_the_server_shut_are_replaced_without_a_failure(http_fs):
+    server = _OneShotServer(FILES["a.bin"])
+    try:
+        url = f"{server.url}/a.bin"
+        one = RetryPolicy(attempts=1)  # a stale connection must not cost a try
+        for k in range(3):
+            got = http_ranges.read_ranges(
+                http_fs, [url] * 4, [0, 7, 100, k], [5, 50, 200, k + 9], retry=one, concurrency=2
+            )
+            assert got == [
+                FILES["a.bin"][s:e] for s, e in ((0, 5), (7, 50), (100, 200), (k, k + 9))
+            ]
+        assert server.requests == 12
+    finally:
+        server.close()
+
+
+class _NoRangeHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_answers_it_does_not_take_are_read_through_fsspec(tmp_path, http_fs):
+    """Python's ``http.server`` ignores ``Range`` (200 and the whole file): fsspec's reading of
+    those answers is used, so the result is fsspec's."""
+    (tmp_path / "a.bin").write_bytes(FILES["a.bin"])
+
+    def handler(*args, **kwargs):
+        return _NoRangeHandler(*args, directory=str(tmp_path), **kwargs)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/a.bin"
+        asks = ([url] * 2, [0, 1000], [10, 2000])
+        got = http_ranges.read_ranges(http_fs, *asks, retry=QUICK, concurrency=4)
+        assert got == http_fs.cat_ranges(*asks)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_silent_server_fails_after_a_bounded_wait(http_fs, monkeypatch):
+    monkeypatch.setattr(http_ranges, "TIMEOUT_S", 0.2)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the backlog) and never answers
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/x"
+        with pytest.raises(OSError, match="failed after 2 tries.*TimeoutError"):
+            http_ranges.read_ranges(
+                http_fs,
+                [url],
+                [0],
+                [10],
+                retry=RetryPolicy(attempts=2, initial_delay_s=0.01),
+                concurrency=4,
+            )
+    finally:
+        silent.close()
