@@ -84,6 +84,7 @@ def test_a_measured_iterator_counts_every_element():
 def test_the_function_is_marked_guarded_and_bad_names_are_refused():
     assert _Lists.__dict__["__next__"]._grain_guarded
     assert _Lists.__next__.__qualname__.endswith("_Lists.__next__")
+    assert _Lists.__next__.__module__ == __name__
     with pytest.raises(ValueError, match="not an attribute name"):
         list_serving_next("_buf[0]", "_pos", _Lists._next_full)
 

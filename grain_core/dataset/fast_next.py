@@ -54,7 +54,10 @@ def list_serving_next(items: str, pos: str, full: Callable[[Any], Any]) -> Calla
     for name in (items, pos):
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"list_serving_next: {name!r} is not an attribute name.")
-    namespace: dict[str, Any] = {"full": guarded(full, "__next__")}
+    namespace: dict[str, Any] = {
+        "full": guarded(full, "__next__"),
+        "__name__": getattr(full, "__module__", __name__),  # the new function's __module__
+    }
     exec(_TEMPLATE.format(items=items, pos=pos), namespace)  # a plain function: no call inside
     fn = namespace["__next__"]
     fn.__qualname__ = getattr(full, "__qualname__", "__next__").rsplit(".", 1)[0] + ".__next__"
