@@ -292,7 +292,7 @@ def _fetch(urls: list[str], starts: list[int], ends: list[int], concurrency: int
                         req.got += got
                     if req.got < len(req.body):
                         continue
-                    done(req, bytes(req.body))
+                    done(req, req.body)  # a bytearray: not copied once more
                     queue = pending[req.netloc]
                     req.sock = None
                     if req.keep and queue:  # keep-alive: the next range of this server
@@ -337,7 +337,8 @@ def read_ranges(
     retry: RetryPolicy,
     concurrency: int,
 ) -> list[bytes]:
-    """The bytes ``[starts[i], ends[i])`` of URL ``paths[i]`` (each :func:`usable` with ``fs``),
+    """The bytes ``[starts[i], ends[i])`` of URL ``paths[i]`` (each :func:`usable` with ``fs``;
+    ``bytearray`` or ``bytes``),
     with the contract of ``grain_core``'s ``read_ranges``: concurrent, transient failures retried
     (only those ranges, ``retry``'s backoff, at most ``retry.attempts`` tries), an ``OSError``
     naming the file and range for a range that fails for good, ``FileNotFoundError`` at once;

@@ -46,6 +46,9 @@ CHUNK_CACHE_BYTES = 64 << 20
 _TAIL_BYTES = 256 << 10
 #: Defaults of ``RemoteReader``'s knobs (the source's readers use them).
 CONCURRENCY = 128
+#: Coalescing: a hole between two wanted chunks is read when reading it costs less than another
+#: request would (the CPU of client and server per request against per byte read; see
+#: docs/sources.md, "Where the time goes", for how it was measured).
 MAX_GAP = 64 << 10
 MAX_REQUEST = 1 << 20
 MAX_INFLIGHT = 64 << 20

@@ -298,7 +298,7 @@ _ONE_SIMPLE = (1 << 8) | CHUNK_SIMPLE  # chunk_type and num_records of a one-rec
 
 
 def decode_singles(
-    data: bytes, base: int, begins: Sequence[int], ends: Sequence[int]
+    data: bytes | bytearray, base: int, begins: Sequence[int], ends: Sequence[int]
 ) -> list[bytes | None]:
     """The records of one-record simple chunks (``group_size:1``), decoded in one loop: chunk ``k``
     spans file bytes ``[begins[k], ends[k])`` of ``data`` (the file's bytes from offset ``base``).
@@ -332,7 +332,7 @@ def decode_singles(
         if sizes_len >= 0x80 or pos > stop:
             continue
         if compression == 0:
-            value = data[pos:stop]
+            value = bytes(view[pos:stop])
         elif compression == 0x7A and pos < stop:  # 'z'
             try:
                 n, pos = read_varint(data, pos, "", 0)
