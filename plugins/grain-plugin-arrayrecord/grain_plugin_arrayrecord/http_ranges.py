@@ -33,7 +33,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -180,8 +180,16 @@ def _connect(req: _Request, addresses: dict[tuple[str, int], Any]) -> socket.soc
     return sock
 
 
-def _fetch(urls: list[str], starts: list[int], ends: list[int], concurrency: int) -> list[Any]:
-    """One try at every range: each result is ``bytes``, an exception, or a ``_Fallback``."""
+def _fetch(
+    urls: list[str],
+    starts: list[int],
+    ends: list[int],
+    concurrency: int,
+    on_range: Callable[[int, Any], None] | None = None,
+) -> list[Any]:
+    """One try at every range: each result is ``bytes``, an exception, or a ``_Fallback``; with
+    ``on_range``, a range's bytes go to ``on_range(i, data)`` as they arrive (the result is then
+    ``None``)."""
     out: list[Any] = [None] * len(urls)
     pending: dict[str, collections.deque[_Request]] = {}
     for i, (u, s, e) in enumerate(zip(urls, starts, ends)):
@@ -292,7 +300,11 @@ def _fetch(urls: list[str], starts: list[int], ends: list[int], concurrency: int
                         req.got += got
                     if req.got < len(req.body):
                         continue
-                    done(req, req.body)  # a bytearray: not copied once more
+                    if on_range is None:
+                        done(req, req.body)  # a bytearray: not copied once more
+                    else:
+                        done(req, None)
+                        on_range(req.i, req.body)
                     queue = pending[req.netloc]
                     req.sock = None
                     if req.keep and queue:  # keep-alive: the next range of this server
@@ -336,22 +348,31 @@ def read_ranges(
     *,
     retry: RetryPolicy,
     concurrency: int,
-) -> list[bytes]:
+    on_range: Callable[[int, Any], None] | None = None,
+) -> list[Any]:
     """The bytes ``[starts[i], ends[i])`` of URL ``paths[i]`` (each :func:`usable` with ``fs``;
-    ``bytearray`` or ``bytes``),
-    with the contract of ``grain_core``'s ``read_ranges``: concurrent, transient failures retried
-    (only those ranges, ``retry``'s backoff, at most ``retry.attempts`` tries), an ``OSError``
-    naming the file and range for a range that fails for good, ``FileNotFoundError`` at once;
-    answers this client does not take are read through ``fs`` instead."""
+    ``bytearray`` or ``bytes``), with the contract of ``grain_core``'s ``read_ranges``:
+    concurrent, transient failures retried (only those ranges, ``retry``'s backoff, at most
+    ``retry.attempts`` tries), an ``OSError`` naming the file and range for a range that fails for
+    good, ``FileNotFoundError`` at once; answers this client does not take are read through ``fs``
+    instead. With ``on_range``, each range's bytes go to ``on_range(i, data)`` once, as soon as
+    they are in (so the caller's work overlaps the wait for the others, and a range's bytes are
+    not kept), and the list holds ``None``; an error ``on_range`` raises ends the call."""
     paths, starts, ends = list(paths), [int(s) for s in starts], [int(e) for e in ends]
     out: list[Any] = [None] * len(paths)
     todo, fallback = list(range(len(paths))), []
     for attempt in range(retry.attempts):
+
+        def arrived(k: int, data: Any, todo: list[int] = todo) -> None:
+            assert on_range is not None
+            on_range(todo[k], data)
+
         got = _fetch(
             [paths[i] for i in todo],
             [starts[i] for i in todo],
             [ends[i] for i in todo],
             concurrency,
+            None if on_range is None else arrived,
         )
         failed = []
         for i, r in zip(todo, got):
@@ -388,5 +409,8 @@ def read_ranges(
             concurrency=concurrency,
         )
         for i, data in zip(fallback, datas):
-            out[i] = data
+            if on_range is None:
+                out[i] = data
+            else:
+                on_range(i, data)
     return out
