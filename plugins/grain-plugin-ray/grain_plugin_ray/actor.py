@@ -9,7 +9,8 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
 * ``post(seq, message)``: a command from the consumer. Calls of a threaded actor may run out of
   order, so commands carry the consumer's sequence number and the endpoint hands them to the loop
   in that order.
-* ``fetch(acked, wait_s)``: every message the loop sent after message ``acked``, waiting up to
+* ``fetch(acked, wait_s, credit)``: posts ``credit`` (a ``(seq, Consumed)`` command, or None),
+  then returns every message the loop sent after message ``acked``, waiting up to
   ``wait_s`` seconds for the first. Batches of elements travel as the method's return value, through Ray's
   object store (numpy leaves of large results are zero-copy views for the consumer).
 * On the consumer's own Ray node, groups of elements travel through shared memory instead
@@ -21,8 +22,9 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
 
 Grouping: an actor call costs milliseconds of CPU over the consumer, the actor, the raylet and the
 object store whatever it carries, so a ``fetch`` that has messages to return holds them until they
-make a group: :data:`GROUP_ELEMENTS` elements or ``group_bytes`` bytes (half of
-``RayRuntime.ahead_bytes``), and returns earlier when the loop cannot go on (it waits for a
+make a group: :data:`GROUP_ELEMENTS` elements or ``group_bytes`` bytes (3/8 of
+``RayRuntime.ahead_bytes``: the consumer credits the group before last with each fetch, so the
+actor fills the next group within its allowance), and returns earlier when the loop cannot go on (it waits for a
 command: its bound is reached, or it ended), when a message other than elements is queued, when
 the consumer hurries it, or :data:`HOLD_SECONDS` after it started holding. Which elements travel
 together changes nothing else: order, states and acknowledgements are the same.
@@ -226,7 +228,7 @@ class WorkerActor:
 
             if ray.get_runtime_context().get_node_id() == consumer_node:
                 self._sender = ShmSender(shm_prefix)
-        self._endpoint = ActorEndpoint(group_bytes=ahead_bytes // 2, sender=self._sender)
+        self._endpoint = ActorEndpoint(group_bytes=ahead_bytes * 3 // 8, sender=self._sender)
         self._loop = WorkerLoop(
             job, index, self._endpoint, size_of=nbytes, ahead_bytes=ahead_bytes
         )
@@ -238,7 +240,10 @@ class WorkerActor:
     def post(self, seq: int, message: Any) -> None:
         self._endpoint.post(seq, message)
 
-    def fetch(self, acked: int, wait_s: float) -> list[Any]:
+    def fetch(self, acked: int, wait_s: float, credit: tuple[int, Any] | None = None) -> list[Any]:
+        """``credit``: a ``(seq, Consumed)`` command the consumer sends with this call."""
+        if credit is not None:
+            self._endpoint.post(*credit)
         return self._endpoint.fetch(acked, wait_s)
 
     def hurry(self) -> None:

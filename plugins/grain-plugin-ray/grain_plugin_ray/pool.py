@@ -4,12 +4,13 @@ The kernel's :class:`~grain_core.runtime.api.RoundRobinConsumer` (what ``mp_pref
 reads the channels; this module only moves messages:
 
 * :meth:`RayChannel.send` calls the actor's ``post`` with the next sequence number (no wait).
-  ``Consumed`` credits are coalesced: one is posted when it frees half of the actor's buffer or
-  half of its byte allowance (``RayRuntime.ahead_bytes``, counted with the size of the latest
-  element received; at most half the elements the worker loop's count bound lets the actor hold
-  ahead, so credits grow geometrically from the start), and a pending one before the consumer waits for this actor
-  (:meth:`RayChannel.peek` with nothing queued); an actor call per element returned would cost
-  more than producing small elements.
+  ``Consumed`` credits are coalesced and ride on the next ``fetch`` call. One is posted on its
+  own only when it frees half of the actor's buffer or three quarters of its byte allowance
+  (``RayRuntime.ahead_bytes``, counted with the size of the latest element received; at most half
+  the elements the worker loop's count bound lets the actor hold ahead, so credits grow
+  geometrically from the start), and before the consumer waits for an actor that may be waiting
+  for it (:meth:`RayChannel._may_wait_for`); an actor call per element returned would cost more
+  than producing small elements.
 * :meth:`RayChannel.peek` keeps one ``fetch`` call in flight per actor; when it completes, its
   messages are queued here and the next ``fetch`` (acknowledging them) is issued at once, so the
   actor's output is always on its way. The actor holds a fetch's messages until they make a group
@@ -101,12 +102,13 @@ class RayChannel:
             gen, posted = self._credit_posted
             step = self._credit_step
             if self._element_bytes:
-                # Half of the actor's byte allowance, and at most half of what its count bound
-                # (buffer + 1 + the elements credited) lets it hold: it never waits for a credit
-                # while the consumer still has half of that to return.
-                half = self._pool.ahead_bytes // (2 * self._element_bytes)
+                # Three quarters of the actor's byte allowance, and at most half of what its
+                # count bound (buffer + 1 + the elements credited) lets it hold. Credits ride on
+                # fetch calls (a fetch follows each group received, and groups take 3/8 of the
+                # allowance), so this post is only for a consumer that stops fetching.
+                by_bytes = 3 * self._pool.ahead_bytes // (4 * self._element_bytes)
                 by_count = (self._pool.buffer_size + posted) // 2
-                step = max(step, min(half, by_count, MAX_CREDIT_STEP))
+                step = max(step, min(by_bytes, by_count, MAX_CREDIT_STEP))
             if gen == message.generation and message.elements - posted < step:
                 self._credit_due = message
                 return
@@ -172,13 +174,13 @@ class RayChannel:
             raise WorkerLostError("(closed)")
         self._post_replacement_commands()
         due = self._credit_due
-        if due is not None:  # the consumer waits for this actor: it may wait for this credit
+        if due is not None and self._may_wait_for(due):
+            # The consumer waits for this actor, which may be waiting for this credit.
             self._post(due)
             self._credit_posted = (due.generation, due.elements)
             self._credit_due = None
         if self._fetch is None:
-            self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
-            self._hurried = False
+            self._issue_fetch()
         done: list[Any] = []
         if timeout > 0 and self._starting and not self._hurried:
             # The consumer waits for this actor's first elements since a (re)start: the fetch
@@ -223,9 +225,39 @@ class RayChannel:
             self._acked = new[-1].seq
         # The next fetch is on its way while these messages are consumed; dropping the reference
         # to the finished one lets Ray free its object.
-        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS)
-        self._hurried = False
+        self._issue_fetch()
         return self._inbox[0] if self._inbox else None
+
+    def _issue_fetch(self) -> None:
+        """Calls the actor's ``fetch``, carrying the credit due (if any) with it: no call of its
+        own for that credit."""
+        due = self._credit_due
+        credit = None
+        if due is not None and not self._to_post:
+            credit = (self._seq, self._resume.sent(due))
+        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS, credit)
+        self._hurried = False
+        if credit is not None:  # after the call: an interruption only posts the credit twice
+            self._seq += 1
+            self._credit_posted = (due.generation, due.elements)
+            self._credit_due = None
+
+    def _may_wait_for(self, due: Consumed) -> bool:
+        """Whether the actor may be waiting for credit ``due`` with nothing to send (the consumer
+        has returned everything received from it, ``due.elements``, and is about to wait): a
+        fetch in flight then returns nothing until it carries the credit. False when what the
+        actor holds ahead of the credits it has (counted with the latest element's size, with a
+        margin) is under both of its bounds, by bytes and by count."""
+        gen, posted = self._credit_posted
+        if gen != due.generation:
+            return True
+        ahead = due.elements - posted
+        pool = self._pool
+        if ahead < pool.buffer_size:
+            return False
+        if not self._element_bytes or 2 * ahead * self._element_bytes >= pool.ahead_bytes:
+            return True
+        return 2 * (ahead + 1) >= pool.buffer_size + 1 + posted
 
     def drop(self) -> None:
         if self._inbox:

@@ -63,10 +63,10 @@ class RayRuntime:
         16 MiB; at least the kernel's ``AHEAD_BYTES``, 1 MiB): beyond ``per_worker_buffer_size``,
         an actor starts another element while the elements it holds ahead of ``next()`` take
         under this many bytes (the worker loop's byte allowance, which worker processes have at
-        1 MiB), and the consumer credits it once per half of it. So at Grain's default buffer of 1
+        1 MiB), and the consumer's credits ride on its fetch calls. So at Grain's default buffer of 1
         one actor call carries a group of elements of any size under it, where each element
         would otherwise cost a round trip; an actor's ``fetch`` holds what it could return until
-        it makes a group of half this many bytes or 64 elements, or the actor cannot go on
+        it makes a group of 3/8 of this many bytes or 64 elements, or the actor cannot go on
         (see :mod:`grain_plugin_ray.actor`). Elements, order and state do not change; only how
         far the actors run ahead (memory in Ray's object store) does.
       max_restarts: 0 (default): a dead actor ends the iteration with ``WorkerError`` (restore
