@@ -55,8 +55,16 @@ AHEAD_BYTES = 1 << 20
 MAX_REPLAY_SECONDS = 0.001
 #: Taking marks costs a worker at most about this share of its production time.
 MARK_COST_SHARE = 0.05
-#: A worker sends what it has when its group is this old, before it starts the next element.
-MAX_MESSAGE_SECONDS = 0.005
+#: A worker sends what it has when its group is this old, before it starts the next element. Each
+#: message costs both sides a fixed amount (a pipe write and read, an unpickle, a wake-up of the
+#: consumer's I/O thread and, when the consumer waits, of its main thread), taken from the CPUs the
+#: workers compute on; 10 ms rather than 5 halves those costs where elements take a fraction of a
+#: millisecond. The first group after a (re)start still holds one element.
+MAX_MESSAGE_SECONDS = 0.01
+#: The flusher thread's tick: how long a slow element may hold back the finished elements of its
+#: group (about one to two ticks), and how often the main thread looks for commands and the
+#: group's age.
+FLUSH_SECONDS = 0.005
 
 
 @dataclasses.dataclass
@@ -171,14 +179,14 @@ class WorkerLoop:
             self.endpoint.send(make(self._next_seq()))
 
     def _flusher(self) -> None:
-        """Every :data:`MAX_MESSAGE_SECONDS`: raises ``tick`` (the main thread then checks for
+        """Every :data:`FLUSH_SECONDS`: raises ``tick`` (the main thread then checks for
         commands and the group's age, so its loop needs no clock or system call per element), and
         sends the finished elements of the group being built when the main thread has been inside
         the same ``next()`` since the previous tick: a slow element never holds back the elements
         finished before it."""
         seen = -1
         while not self.done:
-            time.sleep(MAX_MESSAGE_SECONDS)
+            time.sleep(FLUSH_SECONDS)
             self.tick = True
             calls = self.calls
             if not self.in_next or calls != seen:
