@@ -300,29 +300,34 @@ def _fetch(
                         req.got += got
                     if req.got < len(req.body):
                         continue
-                    if on_range is None:
-                        done(req, req.body)  # a bytearray: not copied once more
-                    else:
-                        done(req, None)
-                        on_range(req.i, req.body)
+                    arrived = req.body
+                    done(req, arrived if on_range is None else None)  # not copied once more
                     queue = pending[req.netloc]
                     req.sock = None
                     if req.keep and queue:  # keep-alive: the next range of this server
                         nxt = queue.popleft()
                         nxt.reused = True
                         send(nxt, sock, True)
-                        continue
-                    sel.unregister(sock)
-                    if req.keep:
-                        _give_idle(req.netloc, sock)
                     else:
-                        sock.close()
+                        sel.unregister(sock)
+                        if req.keep:
+                            _give_idle(req.netloc, sock)
+                        else:
+                            sock.close()
+                        fill()
+                    if on_range is not None:  # after the next request went out
+                        on_range(req.i, arrived)
+                    continue
                 except (BlockingIOError, InterruptedError):
                     continue
                 except (_Fallback, FileNotFoundError, HTTPStatusError) as e:  # an answer
+                    if req.sock is None:  # raised by on_range: the caller's error
+                        raise
                     drop(req)
                     done(req, e)
                 except OSError as e:  # the connection failed
+                    if req.sock is None:  # raised by on_range: the caller's error
+                        raise
                     drop(req)
                     if req.reused and req.body is None and not req.buf:
                         req.reused = False  # the server had shut it: once more, fresh

@@ -212,3 +212,39 @@ def test_a_silent_server_fails_after_a_bounded_wait(http_fs, monkeypatch):
             )
     finally:
         silent.close()
+
+
+def test_on_range_gets_each_range_once_and_its_errors_end_the_call(tmp_path, http_fs):
+    (tmp_path / "a.bin").write_bytes(FILES["a.bin"])
+    with AsyncRangeServer(str(tmp_path)) as srv:
+        url = f"{srv.url}/a.bin"
+        starts = list(range(0, 200_000, 10_000))
+        ends = [s + 3_000 for s in starts]
+        seen: dict[int, bytes] = {}
+
+        def keep(i: int, data) -> None:
+            assert i not in seen
+            seen[i] = bytes(data)
+
+        out = http_ranges.read_ranges(
+            http_fs, [url] * len(starts), starts, ends, retry=QUICK, concurrency=3, on_range=keep
+        )
+        assert out == [None] * len(starts)
+        assert seen == {i: FILES["a.bin"][s:e] for i, (s, e) in enumerate(zip(starts, ends))}
+
+        def fail(i: int, data) -> None:
+            if i == 5:  # an OSError of the caller's is the caller's, not a failed connection
+                raise IsADirectoryError("the caller's error")
+
+        with pytest.raises(IsADirectoryError, match="the caller's error"):
+            http_ranges.read_ranges(
+                http_fs,
+                [url] * len(starts),
+                starts,
+                ends,
+                retry=QUICK,
+                concurrency=3,
+                on_range=fail,
+            )
+        again = http_ranges.read_ranges(http_fs, [url], [7], [70], retry=QUICK, concurrency=3)
+        assert again == [FILES["a.bin"][7:70]]
