@@ -136,10 +136,50 @@ WORKLOADS = [
 ]
 
 
+def _pss(pid: int) -> int:
+    """One process's ``Pss`` bytes (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _memory_by_role(root: int) -> dict[str, int]:
+    """``Pss`` bytes of ``root``'s process tree by role: ``consumer`` (``root`` itself),
+    ``forkserver`` (the helper the workers are forked from) and ``workers`` (every other
+    descendant), and their sum, ``total`` (what ``bench_memory._tree_memory`` reads)."""
+    roles = dict.fromkeys(("consumer", "forkserver", "workers"), 0)
+    stack = [(root, 0)]
+    while stack:
+        p, parent = stack.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                stack += [(int(c), p) for c in f.read().split()]
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError):
+            continue
+        # Workers forked by the forkserver carry its command line too: only the consumer's own
+        # child is the forkserver.
+        if p == root:
+            role = "consumer"
+        elif parent == root and b"forkserver" in cmdline:
+            role = "forkserver"
+        else:
+            role = "workers"
+        roles[role] += _pss(p)
+    roles["total"] = sum(roles.values())
+    return roles
+
+
 def _child(library: str) -> None:
-    """Runs one library's ``mp_prefetch`` image pipeline over every image and prints its peak tree
-    Pss above the tree's memory before iterating, as JSON."""
-    from bench_memory import MB, _tree_memory
+    """Runs one library's ``mp_prefetch`` image pipeline over every image and prints, as JSON, its
+    peak tree Pss above the tree's memory before iterating, and what each role held at that peak."""
+    from bench_memory import MB
 
     if library == "grain_core":
         import grain_core as lib
@@ -150,14 +190,16 @@ def _child(library: str) -> None:
         flags.FLAGS.mark_as_parsed()
     images = _images()
     pid = os.getpid()
-    base = _tree_memory(pid)[0]
+    base = _memory_by_role(pid)
     peak = base
     stop = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, _tree_memory(pid)[0])
+            now = _memory_by_role(pid)
+            if now["total"] > peak["total"]:
+                peak = now
             time.sleep(0.005)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -169,12 +211,21 @@ def _child(library: str) -> None:
     finally:
         stop.set()
         sampler.join(timeout=5)
-    print(json.dumps({"library": library, "images": count, "peak_mb": (peak - base) / MB}))
+    row = {"library": library, "images": count, "peak_mb": (peak["total"] - base["total"]) / MB}
+    row["consumer_mb"] = (peak["consumer"] - base["consumer"]) / MB  # above its own start
+    row["forkserver_mb"] = peak["forkserver"] / MB
+    row["workers_mb"] = peak["workers"] / MB
+    print(json.dumps(row))
 
 
 def images_memory_report() -> None:
-    """Peak memory (tree Pss above the starting point) of the ``mp_prefetch`` image row, per library."""
-    print(f"{'image pipeline peak memory, mp_prefetch(2)':<58} {'peak MB':>8}")
+    """Peak memory (tree Pss above the starting point) of the ``mp_prefetch`` image row, per library,
+    and what held it at the peak: the consumer's growth, the forkserver, the workers together (each
+    worker holds an interpreter, its copy of the source, and its pipeline's read-ahead)."""
+    print(
+        f"{'image pipeline peak memory, mp_prefetch(2)':<58} {'peak MB':>8}"
+        f" {'consumer':>9} {'forkserver':>11} {'workers':>8}"
+    )
     for library in ("grain_core", "grain"):
         proc = subprocess.run(
             [sys.executable, __file__, "child", library],
@@ -188,7 +239,11 @@ def images_memory_report() -> None:
             print(f"{library:<58} failed: {tail}")
             continue
         row = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{library:<58} {row['peak_mb']:>8.0f}", flush=True)
+        print(
+            f"{library:<58} {row['peak_mb']:>8.0f} {row['consumer_mb']:>9.0f}"
+            f" {row['forkserver_mb']:>11.0f} {row['workers_mb']:>8.0f}",
+            flush=True,
+        )
 
 
 REPORTS = [images_memory_report]
