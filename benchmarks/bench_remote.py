@@ -11,15 +11,20 @@ real object store does not: the ``server`` column says what it took. Every row r
 a fresh child process (``--row``), reads one epoch in a shuffled order, ``BATCH`` indices per
 ``__getitems__`` call, and reports records/s, the child's peak RSS above its RSS before reading
 (index and caches included), the number of HTTP requests the server answered, and the CPU seconds
-of the reading process (all threads) and of the server during the row. The timed part
-starts after the imports (fsspec's HTTP filesystem and aiohttp are imported first) and includes
-opening the files and reading their indexes.
+of the reading process (all threads) and of the server during the row; then the same per record
+(``us/rec``: the reader's CPU microseconds, ``srv us``: the server's) and the body bytes the
+server sent per record (``KiB/rec``: with ``requests``, what the row's cost per record is made
+of; docs/sources.md, "Where the time goes", reads them). The timed part starts after the imports
+(fsspec's HTTP filesystem and aiohttp are imported first) and includes opening the files and
+reading their indexes. The reader's range requests over these ``http://`` URLs go through
+``grain_plugin_arrayrecord.http_ranges`` (keep-alive sockets, one selectors loop), not aiohttp.
 
 Rows (each with its rate as a share of the ``local`` row's, measured first in the same run):
   * ``local``: the local reader alone (no download; the reference of the shares);
-  * ``requests``: no ArrayRecord at all: ``fsspec``'s ``cat_ranges`` of 1 KiB ranges 4 KiB apart
-    (none coalesce), 128 in flight; its rate is requests/s, the most records/s a reader making
-    one range request per record could reach with this client and server on these cores;
+  * ``requests``: no ArrayRecord at all: the reader's own request path
+    (``remote.fetch_ranges``) for 1 KiB ranges 4 KiB apart (none coalesce), 128 in flight; its
+    rate is requests/s, the most records/s a reader making one range request per record could
+    reach with this client and server on these cores (its per-record columns are per request);
   * ``remote``: ``ArrayRecordDataSource`` over ``http://`` URLs (this plugin's reader);
   * ``remote, 4 threads``: the same batches, 4 ``__getitems__`` calls in flight at a time (as a
     pipeline's reading threads make them);
@@ -31,8 +36,9 @@ Rows (each with its rate as a share of the ``local`` row's, measured first in th
 
 Coalescing flatters the ``remote`` rows: these files are small (4 x 8 MiB), so a call of 1,024
 shuffled indices finds neighbours within ``remote.MAX_GAP`` (64 KiB) for most records and makes
-about one request per 7 records; over a large dataset a shuffled call makes one request per record,
-so its rate is bounded by the ``requests`` row.
+about one request per 7 records (reading the holes between them: the ``KiB/rec`` column); over a
+large dataset a shuffled call makes one request per record, so its rate is bounded by the
+``requests`` row.
 
 ``python benchmarks/bench_remote.py`` prints the table (latencies 20 ms and 0; ``--rows`` and
 ``--latencies`` pick some, ``--server thread`` the other server); ``run.py`` calls
@@ -149,15 +155,18 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
         got = sum(1 for _ in ds)
     elif row == "requests":
         import fsspec
+        from grain_plugin_arrayrecord import remote
 
         fs = fsspec.filesystem("http")
         n = FILES * RECORDS_PER_FILE // 4  # requests (rate: requests/s)
         starts = [(i // FILES) * 4 * RECORD_BYTES for i in range(n)]
-        out = fs.cat_ranges(
+        out = remote.fetch_ranges(  # the reader's own request path (http_ranges for http://)
+            fs,
             [f"{url}/{names[i % FILES]}" for i in range(n)],
             starts,
             [s + RECORD_BYTES for s in starts],
-            batch_size=128,
+            retry=remote.RetryPolicy(),
+            concurrency=remote.CONCURRENCY,
         )
         assert all(len(b) == RECORD_BYTES for b in out)
         got = n
@@ -167,7 +176,13 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert got == FILES * RECORDS_PER_FILE or row == "requests", got
     cpu = _cpu_s(os.getpid()) - cpu0
-    return {"rate": got / seconds, "seconds": seconds, "peak_mb": peak - base, "cpu_s": cpu}
+    return {
+        "rate": got / seconds,
+        "seconds": seconds,
+        "peak_mb": peak - base,
+        "cpu_s": cpu,
+        "records": got,
+    }
 
 
 def _cpu_s(pid: int) -> float:
@@ -191,11 +206,12 @@ def _serve(directory: Path, latency: float, server: str = "asyncio") -> tuple[su
     return proc, f"http://127.0.0.1:{line[1]}"
 
 
-def _stop(proc: subprocess.Popen) -> int:
-    """Stops the server; returns the requests it answered (its CPU time is read before)."""
+def _stop(proc: subprocess.Popen) -> tuple[int, int]:
+    """Stops the server; returns the requests it answered and the body bytes it sent (-1 where
+    it does not count them; its CPU time is read before)."""
     out, _ = proc.communicate(input="", timeout=30)
-    words = out.split()
-    return int(words[-1]) if len(words) >= 2 and words[-2] == "requests" else -1
+    found = {w[0]: int(w[1]) for w in (line.split() for line in out.splitlines()) if len(w) == 2}
+    return found.get("requests", -1), found.get("bytes", -1)
 
 
 def remote_report(
@@ -210,7 +226,7 @@ def remote_report(
     print(
         f"{'remote ArrayRecord: shuffled epoch, 4 x 8192 x 1 KiB, group_size:1':<66} "
         f"{'records/s':>10} {'x local':>7} {'peak MB':>8} {'requests':>9} {'CPU s':>6} "
-        f"{server + ' server':>14}"
+        f"{server + ' server':>14} {'us/rec':>7} {'srv us':>7} {'KiB/rec':>7}"
     )
     local_rate = None
     for latency in latencies:
@@ -228,7 +244,7 @@ def remote_report(
                 )
             finally:
                 server_s = _cpu_s(proc.pid) - server0
-                requests = _stop(proc)
+                requests, sent = _stop(proc)
             if out.returncode:
                 print(f"{row}: failed\n{out.stderr[-2000:]}")
                 continue
@@ -238,9 +254,11 @@ def remote_report(
             label = f"{row} ({latency * 1000:.0f} ms/request)" if row != "local" else row
             label += " [requests/s]" if row == "requests" else ""
             share = r["rate"] / local_rate if local_rate else float("nan")
+            n = max(r.get("records", 1), 1)
+            per = f"{r['cpu_s'] / n * 1e6:>7.1f} {server_s / n * 1e6:>7.1f} {sent / n / 1024:>7.1f}"
             print(
                 f"  {label:<64} {r['rate']:>10,.0f} {share:>7.3f} {r['peak_mb']:>8.0f} "
-                f"{requests:>9} {r['cpu_s']:>6.1f} {server_s:>14.1f}",
+                f"{requests:>9} {r['cpu_s']:>6.1f} {server_s:>14.1f} {per}",
                 flush=True,
             )
 

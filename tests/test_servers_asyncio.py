@@ -117,4 +117,4 @@ def test_runs_as_a_module_until_stdin_closes(directory):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert out.split() == ["requests", "1"]
+    assert out.split() == ["bytes", "5", "requests", "1"]  # body bytes of its answers, requests

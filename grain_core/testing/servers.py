@@ -389,7 +389,8 @@ class GCSServer:
 def serve_directory(server: Callable[..., Any], argv: list[str] | None = None) -> None:
     """The command line of the range servers: ``DIR [--latency S]``. Starts ``server(DIR,
     latency_s=S)`` as a context manager, prints ``port N``, serves until stdin closes (the parent
-    closes it, or exits), then prints ``requests N``."""
+    closes it, or exits), then prints ``bytes N`` (body bytes sent, where the server counts them)
+    and ``requests N``."""
     import argparse
 
     parser = argparse.ArgumentParser(description=f"serve DIR with {server.__name__}")
@@ -399,6 +400,8 @@ def serve_directory(server: Callable[..., Any], argv: list[str] | None = None) -
     with server(args.directory, latency_s=args.latency) as running:
         print(f"port {running.port}", flush=True)
         sys.stdin.read()
+    if hasattr(running, "bytes_sent"):
+        print(f"bytes {running.bytes_sent}", flush=True)
     print(f"requests {running.requests}", flush=True)
 
 

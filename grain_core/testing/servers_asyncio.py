@@ -14,8 +14,8 @@ and kept in order). A request head over 64 KiB, or one with more than 100 header
 answered 400 and the connection closed; a connection idle for 60 s is closed.
 
 ``python -m grain_core.testing.servers_asyncio DIRECTORY --latency 0.02`` prints ``port <n>``,
-serves until stdin closes, then prints ``requests <n>`` (as ``python -m grain_core.testing.servers``
-does, so a benchmark can run either).
+serves until stdin closes, then prints ``bytes <n>`` (body bytes sent) and ``requests <n>`` (as
+``python -m grain_core.testing.servers`` prints ``requests <n>``, so a benchmark can run either).
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ class _Connection(asyncio.Protocol):
         answer = self._head(code, stop - start, close=close, extra=extra)
         if method == b"GET":
             answer += os.pread(fd, stop - start, start)
+            server.bytes_sent += stop - start
         self._later(answer, close)
 
     @staticmethod
@@ -193,8 +194,8 @@ class AsyncRangeServer:
     """Serves ``directory`` over HTTP on ``127.0.0.1`` with byte ranges, from one asyncio loop in a
     background thread, each answer ``latency_s`` seconds after its request arrived.
 
-    A context manager, like ``RangeHTTPServer``: ``url``, ``port`` and ``requests`` (answered or
-    scheduled so far)."""
+    A context manager, like ``RangeHTTPServer``: ``url``, ``port``, ``requests`` (answered or
+    scheduled so far) and ``bytes_sent`` (body bytes of those answers)."""
 
     def __init__(self, directory: str | os.PathLike, latency_s: float = 0.0):
         root = os.path.abspath(os.fspath(directory))
@@ -204,6 +205,7 @@ class AsyncRangeServer:
             raise ValueError(f"AsyncRangeServer: latency_s must be >= 0, got {latency_s}.")
         self.latency_s = float(latency_s)
         self.requests = 0
+        self.bytes_sent = 0  # body bytes of GET answers
         self._files = _Files(root)
         self._transports: set[Any] = set()
         self._loop: Any = None
