@@ -76,3 +76,31 @@ def test_next_from_the_chunk_still_refuses_while_another_thread_is_inside():
     it._grain_owner = None
     rest = list(it)
     assert got + rest == [x for i in range(50) for x in (i, i)]
+
+
+def test_reads_by_next_hold_about_chunk_bytes_of_large_elements():
+    """A mix's ``next()`` reads up to ``_MAX_READ`` positions at a time, and about
+    ``CHUNK_BYTES`` of elements once it has measured one: large elements are not read by the
+    thousand."""
+    import numpy as np
+
+    from grain_core.dataset import mixing
+    from grain_core.dataset.chunking import CHUNK_BYTES
+
+    size = 1 << 20
+    parents = [
+        grain.MapDataset.range(200)
+        .map(lambda x: np.full(size, x % 256, np.uint8))
+        .to_iter_dataset(_OPTIONS)
+        for _ in range(2)
+    ]
+    it = iter(grain.IterDataset.mix(parents, [0.5, 0.5]))
+    most = 0
+    for _ in range(400):
+        next(it)
+        most = max(most, len(it._read))
+    assert most <= CHUNK_BYTES // size
+    small = iter(grain.IterDataset.mix([grain.MapDataset.range(20_000).to_iter_dataset(_OPTIONS)] * 2))
+    for _ in range(20_000):
+        next(small)
+    assert len(small._read) == mixing._MAX_READ  # small elements: whole reads

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from grain_core import state as _state
+from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
-from grain_core.dataset.chunking import can_unread, give_back_inflight, mix_chunk
+from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, give_back_inflight, mix_chunk
 from grain_core.dataset.concurrency import guarded, guarded_fast
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.transforms import DatasetSelectionMap
@@ -254,15 +255,20 @@ class MixedIterDataset(IterDataset):
         return _MixedIterator(self)
 
 
-_MAX_READ = 1024  # positions one next() reads from the parents at most (then served one by one)
+# Positions one next() reads from the parents at most (then served one by one), and about
+# CHUNK_BYTES: each read costs a call per parent (and a give-back of what a parent read past the
+# shortest one), spread over more elements (1,024 -> 4,096: ~10% less CPU an element, measured on
+# the bench's mix of two maps).
+_MAX_READ = 4096
 
 
 class _MixedIterator(DatasetIterator):
     """Reads its parents a chunk of positions at a time (:func:`mix_chunk`) where they can move
     back, and serves ``next()`` from that chunk; ``get_state`` first moves the parents back over
     the elements read but not returned, so the state is always the position after the last
-    element returned. Reads by ``next()`` grow 1, 2, 4, ... up to ``_MAX_READ`` positions after a
-    start or restore; ``next_chunk(n)`` reads ``n`` positions when nothing read is left.
+    element returned. Reads by ``next()`` grow 1, 2, 4, ... up to ``_MAX_READ`` positions and about
+    ``CHUNK_BYTES`` (measured on the latest read's first element) after a start or restore;
+    ``next_chunk(n)`` reads ``n`` positions when nothing read is left.
 
     Interrupts: what a read took from each parent is noted in ``_inflight`` until the read is
     committed (one assignment, which also empties it); every call first gives back what an
@@ -278,6 +284,7 @@ class _MixedIterator(DatasetIterator):
         self._read: list[Any] = []  # the latest chunk read; the first self._served were returned
         self._served = 0
         self._step = 1  # positions the next read by next() covers
+        self._elem_bytes = 0  # bytes of an element, as last measured (0: unknown)
         # An Exception a parent raised for a position after self._read: (position, error).
         self._error: tuple[int, Exception] | None = None
         self._done = False
@@ -323,7 +330,11 @@ class _MixedIterator(DatasetIterator):
         step = self._step
         if step < _MAX_READ:
             self._step = 2 * step
+        if self._elem_bytes:
+            step = min(step, max(1, CHUNK_BYTES // self._elem_bytes))
         out = self._read_more(step)
+        if len(out) > 1:  # (before the commit below: an interrupt here loses nothing)
+            self._elem_bytes = tree.nbytes(out[0])
         self._served = 1
         return out[0]
 

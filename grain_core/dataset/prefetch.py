@@ -99,6 +99,13 @@ _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itsel
 #: is known (``prefetch_buffer_size`` counts elements: 500 batches of 3 MiB would be 1.5 GB), yet
 #: never fewer elements than threads (each thread still gets one).
 READ_AHEAD_BYTES = 32 << 20
+#: Reading ahead is measured (read_policy) only while this many buffers' worth (``_budget``) or
+#: more are left to read, or reads wait (their thread's CPU time is under ``_WAIT_SHARE`` of their
+#: time: I/O, which reading ahead always hides): measuring it reads about three buffers' worth in
+#: the pool, so in a shorter run of CPU-bound reads (which threads speed up only where they
+#: release the GIL) it would be most of what is left, and could not pay for itself.
+EXPLORE_LEFT = 8
+_WAIT_SHARE = 0.5
 
 
 class PrefetchIterDataset(IterDataset):
@@ -147,6 +154,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         self._filter_check = FilterRatioCheck("to_iter_dataset")
         self._elem_bytes = self._floor = 0  # bytes of a recent element (0: unknown); bulk_reads
         self._typical_seconds = 0.0  # how long a chunk recently took
+        self._reads_wait = False  # the latest read measured near the end waited (see EXPLORE_LEFT)
         # With threads: whether the pool reads ahead or only the chunk asked for (see
         # read_policy). A private hook: tests replace it with a policy of scripted decisions.
         self._policy = ReadModePolicy()
@@ -202,11 +210,20 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
 
     # --- reading ----------------------------------------------------------------------------------
 
-    def _read_chunk(self, start: int, stop: int) -> tuple[list[Any], float, float]:
+    def _read_chunk(
+        self, start: int, stop: int, cpu: bool = False
+    ) -> tuple[list[Any], float, float, float | None]:
+        """The chunk, the seconds reading it took, when it was done and (with ``cpu``) the
+        reading thread's CPU seconds."""
         t0 = time.perf_counter()
+        c0 = time.thread_time() if cpu else 0.0
         items = self._ds.__getitems__(range(start, stop))
         t1 = time.perf_counter()
-        return items, t1 - t0, t1
+        return items, t1 - t0, t1, (time.thread_time() - c0 if cpu else None)
+
+    def _near_end(self) -> bool:
+        """Whether fewer than ``EXPLORE_LEFT`` buffers' worth are left to read (with threads)."""
+        return not self._sync and self._len - self._read_to < EXPLORE_LEFT * self._budget()
 
     def _chunk_limit(self, ahead: bool, asked: bool = False) -> int:
         """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
@@ -238,12 +255,12 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         the first chunk of a (re)start, while the policy finds reading ahead faster."""
         return not (self._sync or self._cold) and self._policy.read_ahead
 
-    def _submit(self, start: int, stop: int) -> futures.Future:
+    def _submit(self, start: int, stop: int, cpu: bool = False) -> futures.Future:
         if self._pool is None:
             self._pool = futures.ThreadPoolExecutor(
                 max_workers=self._read_options.num_threads, thread_name_prefix="grain_core-read"
             )
-        return self._pool.submit(self._read_chunk, start, stop)
+        return self._pool.submit(self._read_chunk, start, stop, cpu)
 
     def _fill(self, want: int = 0) -> None:
         """Queues chunks: reading ahead, submits chunks to the pool until
@@ -266,7 +283,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                     if inline and want > size:
                         size = max(size, min(want, self._chunk_limit(False, asked=True)))
                     stop = min(self._len, start + size)
-                    fut = None if inline else self._submit(start, stop)
+                    fut = None if inline else self._submit(start, stop, self._near_end())
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
                     self._buffer += ((start, stop, fut, False),)
@@ -311,12 +328,13 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         # The pool's chunk size learns from chunks read ahead and from the first chunk of a
         # (re)start (read by the caller); chunks read on demand leave it alone.
         sizes_pool = ahead or (fut is None and self._cold and not self._sync)
+        near = self._near_end()
         try:
             if fut is None:
-                items, seconds, done = self._read_chunk(start, stop)
+                items, seconds, done, used = self._read_chunk(start, stop, near)
             else:
                 try:
-                    items, seconds, done = fut.result(timeout=self._slow_after())
+                    items, seconds, done, used = fut.result(timeout=self._slow_after())
                 except futures.TimeoutError:
                     # A slow element: hand out what can be read without waiting for it.
                     items, lazy = LazyChunk(self._ds, start, stop, fut), True
@@ -324,6 +342,8 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                     waited = self._slow_after()
             if not lazy:
                 waited = seconds
+                if used is not None:
+                    self._reads_wait = used < _WAIT_SHARE * seconds
             if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
@@ -378,6 +398,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 now - last if measured and last is not None else 0.0,
                 settled,
                 read_seconds,
+                self._reads_wait or not near,
             )
         )
         if not self._policy.read_ahead:

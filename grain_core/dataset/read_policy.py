@@ -40,7 +40,13 @@ windows of steps and keeps the faster:
   read while the consumer waited and took less than ``1 - 1/SWITCH_MARGIN`` of its time: reading
   ahead can at best hide that time, so it could not win by the margin (the consumer's own work,
   such as a window shuffle's or a training step's, is the rest). Each later window is checked
-  again, so reads turning expensive are noticed.
+  again, so reads turning expensive are noticed;
+* nor while the iterator reports that too few elements remain for measuring reading ahead to pay
+  off (``ReadStep.ahead_can_pay``, false when under ``prefetch.EXPLORE_LEFT`` buffers' worth are
+  left to read): the measurement itself reads about three buffers' worth in the pool (one to
+  settle, then the skipped and the measured chunks, each up to half a buffer), at the cost of
+  reading ahead where it loses (cheap reads holding the GIL run much slower in threads), so in a
+  short run it would cover most of what is left, and even a win could not make up for it.
 
 The kept mode's rate, for these comparisons, is the best of its last ``HISTORY`` windows (a
 probe has its one window): on a shared machine a window is only ever slowed down by others, and
@@ -77,13 +83,16 @@ class ReadStep:
     was made current; ``settled`` False while reading ahead has not yet filled its buffer once
     since it (re)started (the step is not measured, its time counts as the mode's cost);
     ``read_seconds``: how long reading the chunk made current took, when it was read while the
-    consumer waited (inline or on demand; None when it was read ahead)."""
+    consumer waited (inline or on demand; None when it was read ahead); ``ahead_can_pay``: False
+    when too few elements remain for measuring reading ahead to pay off (see the module
+    docstring)."""
 
     read_ahead: bool
     elements: int
     seconds: float
     settled: bool = True
     read_seconds: float | None = None
+    ahead_can_pay: bool = True
 
 
 class ReadModePolicy:
@@ -124,6 +133,7 @@ class ReadModePolicy:
         self._probe_seconds = 0.0  # how long the latest stint in the other mode took
         self._first_stint = 0.0  # how long the first mode was measured at the start
         self._started = False
+        self._ahead_can_pay = True  # as the latest step said
         self._reset_window(self.FIRST_SKIP_STEPS)
 
     def rate(self, read_ahead: bool) -> float:
@@ -144,9 +154,14 @@ class ReadModePolicy:
         ``SWITCH_MARGIN``: reading ahead at best hides the time the consumer spent waiting for
         its chunks to be read, so it is at most ``seconds / (seconds - read seconds)`` times as
         fast; below the margin it is not worth measuring (with cheap reads, that measurement is
-        the slow part of a short run)."""
+        the slow part of a short run). Nor is it while too few elements remain for the
+        measurement to pay off (the latest step's ``ahead_can_pay``)."""
         read = self._read_seconds
-        if self.read_ahead or read is None or self._seconds <= 0.0:
+        if self.read_ahead:
+            return False
+        if not self._ahead_can_pay:
+            return True
+        if read is None or self._seconds <= 0.0:
             return False
         return read * self.SWITCH_MARGIN < (self.SWITCH_MARGIN - 1.0) * self._seconds
 
@@ -166,6 +181,7 @@ class ReadModePolicy:
     def record(self, step: ReadStep) -> None:
         """Takes one measurement; may change :attr:`read_ahead`."""
         self._started = True
+        self._ahead_can_pay = step.ahead_can_pay
         self._note_read(step.read_seconds)
         self._since_switch += max(step.seconds, 0.0)
         if step.read_ahead != self.read_ahead or step.elements <= 0 or not step.settled:
