@@ -21,6 +21,9 @@ reading their indexes. The reader's range requests over these ``http://`` URLs g
 
 Rows (each with its rate as a share of the ``local`` row's, measured first in the same run):
   * ``local``: the local reader alone (no download; the reference of the shares);
+  * ``memory``: the remote reader over the same files in fsspec's ``memory://`` filesystem (put
+    there before the clock starts): its planning, coalescing, copying and decoding without HTTP
+    (``KiB/rec`` is 0: no server);
   * ``requests``: no ArrayRecord at all: the reader's own request path
     (``remote.fetch_ranges``) for 1 KiB ranges 4 KiB apart (none coalesce), 128 in flight; its
     rate is requests/s, the most records/s a reader making one range request per record could
@@ -69,6 +72,7 @@ BATCH = 1024
 LATENCIES = (0.02, 0.0)
 ROWS = (
     "local",
+    "memory",
     "requests",
     "remote",
     "remote, 4 threads",
@@ -118,6 +122,13 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
         # epoch's (the index reads, the connections and the first session remain timed).
         import fsspec.implementations.http  # noqa: F401
 
+    if row == "memory":  # before the clock: the files in memory, the reader's work without HTTP
+        import fsspec
+
+        mem = fsspec.filesystem("memory")
+        for n in names:
+            mem.pipe(f"/bench_remote/{n}", Path(local_dir, n).read_bytes())
+        src = ArrayRecordDataSource([f"memory://bench_remote/{n}" for n in names])
     base = _rss_mb()
     cpu0 = _cpu_s(os.getpid())
     t0 = time.perf_counter()
@@ -137,6 +148,8 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
     elif row == "remote":
         src = ArrayRecordDataSource([f"{url}/{n}" for n in names])
         got = _epoch(src, len(src))
+    elif row == "memory":
+        got = _epoch(src, len(src))  # the files were put in fsspec's memory filesystem below
     elif row == "remote, 4 threads":
         import concurrent.futures
 
@@ -233,6 +246,8 @@ def remote_report(
         for row in ("local", *[r for r in rows if r != "local"]):
             if row == "local" and local_rate is not None:
                 continue
+            if row == "memory" and latency != latencies[-1]:
+                continue  # no server: once, beside the last latency's rows
             proc, url = _serve(d, latency, server)
             server0 = _cpu_s(proc.pid)
             try:
@@ -252,6 +267,7 @@ def remote_report(
             if row == "local":
                 local_rate = r["rate"]
             label = f"{row} ({latency * 1000:.0f} ms/request)" if row != "local" else row
+            label = "remote, memory:// (no HTTP)" if row == "memory" else label
             label += " [requests/s]" if row == "requests" else ""
             share = r["rate"] / local_rate if local_rate else float("nan")
             n = max(r.get("records", 1), 1)
