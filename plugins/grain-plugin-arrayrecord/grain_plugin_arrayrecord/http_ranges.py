@@ -71,8 +71,8 @@ def usable(fs: Any, path: str) -> bool:
     """Whether ranges of ``path`` in ``fs`` may go through this client (see the module doc)."""
     if not ENABLED or not path.startswith("http://") or "#" in path:
         return False
-    if not all(32 < ord(ch) < 127 for ch in path):
-        return False
+    if not all(32 < ord(ch) < 127 for ch in path) or "@" in urlsplit(path).netloc:
+        return False  # fsspec quotes such paths / sends the user and password as auth
     try:
         from fsspec.implementations.http import HTTPFileSystem
     except ImportError:  # pragma: no cover - fsspec's HTTP needs aiohttp

@@ -74,6 +74,7 @@ def test_only_default_http_filesystems_and_plain_http_urls(http_fs, monkeypatch)
     assert http_ranges.usable(http_fs, url)
     assert not http_ranges.usable(http_fs, "https://example.com/x")
     assert not http_ranges.usable(http_fs, "http://127.0.0.1:1/a b")  # fsspec quotes it
+    assert not http_ranges.usable(http_fs, "http://me:pw@127.0.0.1:1/x")  # aiohttp's auth
     with_headers = fsspec.filesystem(
         "http", skip_instance_cache=True, headers={"Authorization": "Bearer x"}
     )
