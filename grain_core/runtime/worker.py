@@ -55,6 +55,11 @@ AHEAD_BYTES = 1 << 20
 MAX_REPLAY_SECONDS = 0.001
 #: Taking marks costs a worker at most about this share of its production time.
 MARK_COST_SHARE = 0.05
+#: Where :data:`MAX_REPLAY_SECONDS` of work holds at least this many elements, marks are at least
+#: this many elements apart, however cheap a state is: a mark costs a ``get_state()`` and its
+#: pickling in the worker and its unpickling in the consumer, and marks closer than the replay
+#: bound needs buy a restore nothing it was promised.
+MIN_MARK_SPACING = 4
 #: A worker sends what it has when its group is this old, before it starts the next element. Each
 #: message costs both sides a fixed amount (a pipe write and read, an unpickle, a wake-up of the
 #: consumer's I/O thread and, when the consumer waits, of its main thread), taken from the CPUs the
@@ -431,12 +436,16 @@ class WorkerLoop:
 
     def _mark_spacing(self) -> tuple[int, int]:
         """Elements between marks (their cost under :data:`MARK_COST_SHARE` of the production
-        time, as last measured), and the elements :data:`MAX_REPLAY_SECONDS` of work hold."""
+        time, as last measured, and at least :data:`MIN_MARK_SPACING` where the replay bound
+        allows it), and the elements :data:`MAX_REPLAY_SECONDS` of work hold."""
         e = self.element_seconds
         if e <= 0:
             return 1, MAX_MESSAGE_ELEMENTS
-        every = max(1, math.ceil(self.state_seconds / (MARK_COST_SHARE * e)))
-        return every, max(1, int(MAX_REPLAY_SECONDS / e))
+        replay = max(1, int(MAX_REPLAY_SECONDS / e))
+        every = max(
+            math.ceil(self.state_seconds / (MARK_COST_SHARE * e)), min(replay, MIN_MARK_SPACING), 1
+        )
+        return every, replay
 
     def _report(self) -> None:
         if self.job.profiling:

@@ -122,8 +122,12 @@ def test_a_restart_reads_the_skipped_elements_with_the_first_one_after_them():
 def test_mark_spacing_keeps_marks_cheap_and_replays_short():
     loop, _ = _loop(1, buffer=1)
     del loop._mark_spacing  # the measured policy
-    loop.element_seconds, loop.state_seconds = 100e-6, 1e-6  # real work per element
-    assert loop._mark_spacing() == (1, 10)
+    loop.element_seconds, loop.state_seconds = 2e-3, 1e-6  # a millisecond or more per element
+    assert loop._mark_spacing() == (1, 1)  # a mark before every element
+    loop.element_seconds = 300e-6  # cheap states, but 1 ms holds only 3 elements: every 3rd
+    assert loop._mark_spacing() == (3, 3)
+    loop.element_seconds = 100e-6  # cheap states: no closer than MIN_MARK_SPACING
+    assert loop._mark_spacing() == (worker.MIN_MARK_SPACING, 10)
     loop.element_seconds, loop.state_seconds = 0.5e-6, 1e-6  # elements cheaper than a state
     every, replay = loop._mark_spacing()
     assert every == 40 and every * loop.element_seconds <= worker.MAX_REPLAY_SECONDS
