@@ -35,6 +35,7 @@ import struct
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -169,13 +170,17 @@ def varints(buf: bytes | memoryview, count: int, path: str, offset: int) -> np.n
 _LOCAL = threading.local()
 
 
-def _zstd(body: bytes | memoryview, size: int) -> bytes:
+def _zstd_decompressor() -> Any:
     d = getattr(_LOCAL, "zstd", None)
     if d is None:  # one decompressor per thread (they are not thread-safe; creating one is slow)
         import zstandard
 
         d = _LOCAL.zstd = zstandard.ZstdDecompressor()
-    return d.decompress(body, max_output_size=max(size, 1))
+    return d
+
+
+def _zstd(body: bytes | memoryview, size: int) -> bytes:
+    return _zstd_decompressor().decompress(body, max_output_size=max(size, 1))
 
 
 def _brotli(body: bytes, size: int) -> bytes:
@@ -315,11 +320,11 @@ def decode_singles(
     hh, key, unpack = _hh_lib.HighwayHash64, _HH_KEY, _HEADER.unpack_from
     ptr = _hh_ffi.from_buffer("uint8_t[]", data)
     view = memoryview(data)
-    zstd = _zstd
+    unzstd = _zstd_decompressor().decompress
     for k, (b, e) in enumerate(zip(begins, ends)):
         off, end = b - base, e - base
-        if b // BLOCK_SIZE != (e - 1) // BLOCK_SIZE or end - off < CHUNK_HEADER_SIZE + 3:
-            continue  # a block header interrupts it, or too short: the general path
+        if b >> 16 != (e - 1) >> 16 or end - off < CHUNK_HEADER_SIZE + 3:
+            continue  # a block header interrupts it (64 KiB blocks), or too short: general path
         header_hash, size, data_hash, kind, decoded = unpack(data, off)
         body = off + CHUNK_HEADER_SIZE
         stop = body + size
@@ -333,10 +338,18 @@ def decode_singles(
             continue
         if compression == 0:
             value = bytes(view[pos:stop])
-        elif compression == 0x7A and pos < stop:  # 'z'
+        elif compression == 0x7A and pos + 1 < stop:  # 'z': the size (a varint), then zstd
+            n = data[pos]
+            if n < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                n, pos = (n & 0x7F) | (data[pos + 1] << 7), pos + 2
+            else:  # 16 KiB or more: a longer varint
+                n = -1
             try:
-                n, pos = read_varint(data, pos, "", 0)
-                value = zstd(view[pos:stop], n)
+                if n < 0:
+                    n, pos = read_varint(data, pos, "", 0)
+                value = unzstd(view[pos:stop], max_output_size=n or 1)
             except Exception:
                 continue
             if len(value) != n:

@@ -29,7 +29,7 @@ def _write(path, option: str, n: int = 300) -> None:
     rng = np.random.default_rng(len(option))
     w = ArrayRecordWriter(str(path), option)
     for k in range(n):
-        size = int(rng.choice([0, 1, 200, 1000, 5000]))
+        size = int(rng.choice([0, 1, 200, 1000, 5000, 20_000]))  # 1-, 2- and 3-byte varints
         w.write(rng.bytes(size) if k % 3 else bytes([k % 256]) * size)
     w.close()
 
