@@ -135,7 +135,9 @@ def strip_block_headers(data: bytes | memoryview, begin: int) -> bytes:
     return b"".join(parts)
 
 
-def read_varint(buf: bytes | memoryview, pos: int, path: str, offset: int) -> tuple[int, int]:
+def read_varint(
+    buf: bytes | bytearray | memoryview, pos: int, path: str, offset: int
+) -> tuple[int, int]:
     """``(value, next position)`` of the varint64 at ``buf[pos]``."""
     if pos < len(buf) and buf[pos] < 0x80:  # one byte: the common case (sizes below 128)
         return buf[pos], pos + 1
