@@ -291,8 +291,12 @@ def _fetch(
                         rest = req.buf[end + 4 :]
                         if len(rest) > n:  # more than the body: not an answer to this request
                             raise ConnectionError(f"{urls[req.i]} sent more than the range")
-                        req.body, req.got, req.keep = bytearray(n), len(rest), keep
-                        req.body[: len(rest)] = rest
+                        req.got, req.keep = len(rest), keep
+                        if len(rest) == n:  # all in already (small answers): no second copy
+                            req.body = rest
+                        else:
+                            req.body = bytearray(n)
+                            req.body[: len(rest)] = rest
                     else:
                         got = sock.recv_into(memoryview(req.body)[req.got :])
                         if not got:
