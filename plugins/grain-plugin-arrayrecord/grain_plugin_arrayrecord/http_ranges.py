@@ -55,6 +55,17 @@ _LOCK = threading.Lock()
 _IDLE: dict[tuple[int, str], list[socket.socket]] = {}  # (pid, host:port) -> idle sockets
 
 
+def _after_fork_in_child() -> None:
+    """A forked child starts with its own lock (another thread of the parent may have held the
+    parent's at the fork) and no kept connections (they are the parent's)."""
+    global _LOCK, _IDLE
+    _LOCK, _IDLE = threading.Lock(), {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class HTTPStatusError(OSError):
     """An HTTP answer of a failing status (``status``: 5xx, 408 or 429 are transient)."""
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import multiprocessing
+import os
 import re
 import socket
 import threading
@@ -249,3 +251,21 @@ def test_on_range_gets_each_range_once_and_its_errors_end_the_call(tmp_path, htt
             )
         again = http_ranges.read_ranges(http_fs, [url], [7], [70], retry=QUICK, concurrency=3)
         assert again == [FILES["a.bin"][7:70]]
+
+
+def _take_idle_in_child() -> None:
+    assert http_ranges._take_idle("127.0.0.1:1") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
+def test_a_forked_child_has_its_own_lock_and_no_kept_connections():
+    """The parent's pool lock, held by another thread at the fork, must not block the child."""
+    ctx = multiprocessing.get_context("fork")
+    with http_ranges._LOCK:  # as another thread of the parent might hold it
+        child = ctx.Process(target=_take_idle_in_child)
+        child.start()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+    assert child.exitcode == 0
