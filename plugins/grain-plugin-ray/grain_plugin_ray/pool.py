@@ -92,6 +92,11 @@ class RayChannel:
         # more), or before the consumer waits for this actor.
         self._credit_step = max(1, pool.buffer_size // 2)
         self._element_bytes = 0  # nbytes of the first element of the latest group received
+        # The actor's byte accounting, replayed: (elements received in the command's generation
+        # up to the end of a message, that message's estimated bytes), and the generation.
+        self._received: collections.deque[tuple[int, int]] = collections.deque()
+        self._received_count = 0
+        self._received_gen = -1
         self._credit_posted = (-1, 0)  # (generation, elements) of the last Consumed posted
         self._credit_due: Consumed | None = None
 
@@ -217,6 +222,8 @@ class RayChannel:
         if new:
             self._placed = True
             seen = [self._resume.received_message(m) for m in new]  # idempotent per message
+            for m in new:
+                self._count_received(m)
             elements = getattr(new[-1], "elements", None)
             if elements:
                 self._starting = False
@@ -242,22 +249,40 @@ class RayChannel:
             self._credit_posted = (due.generation, due.elements)
             self._credit_due = None
 
+    def _count_received(self, message: Any) -> None:
+        elements = getattr(message, "elements", None)
+        if elements is None or message.generation != self._credit_posted[0]:
+            return
+        if message.generation != self._received_gen:
+            self._received.clear()
+            self._received_count, self._received_gen = 0, message.generation
+        n = len(elements)
+        if n:
+            self._received_count += n
+            size = n * ((nbytes(elements[0]) + nbytes(elements[-1])) // 2)
+            self._received.append((self._received_count, size))
+
     def _may_wait_for(self, due: Consumed) -> bool:
-        """Whether the actor may be waiting for credit ``due`` with nothing to send (the consumer
-        has returned everything received from it, ``due.elements``, and is about to wait): a
-        fetch in flight then returns nothing until it carries the credit. False when what the
-        actor holds ahead of the credits it has (counted with the latest element's size, with a
-        margin) is under both of its bounds, by bytes and by count."""
+        """Whether the actor may be waiting for credit ``due`` with nothing to send: the
+        consumer, about to wait for it, has returned everything received from it, so a fetch in
+        flight would return nothing until it carries the credit. The actor waits for a credit
+        when it holds more than its buffer ahead of the credits it has and either more than
+        ``buffer + credited`` elements or ``ahead_bytes`` of messages not wholly credited; this
+        replays that account over the messages received (every one it sent, when it has nothing
+        to send), the bytes with a margin of 2. True whenever unsure (a start, a replacement)."""
         gen, posted = self._credit_posted
-        if gen != due.generation:
+        if self._starting or self.restarts or gen != due.generation or gen != self._received_gen:
             return True
-        ahead = due.elements - posted
         pool = self._pool
-        if ahead < pool.buffer_size:
+        ahead = self._received_count - posted
+        if ahead <= pool.buffer_size:
             return False
-        if not self._element_bytes or 2 * ahead * self._element_bytes >= pool.ahead_bytes:
+        if ahead > pool.buffer_size + posted:
             return True
-        return 2 * (ahead + 1) >= pool.buffer_size + 1 + posted
+        received = self._received
+        while received and received[0][0] <= posted:
+            received.popleft()
+        return 2 * sum(size for _, size in received) >= pool.ahead_bytes
 
     def drop(self) -> None:
         if self._inbox:
