@@ -125,11 +125,8 @@ class _Request:
         *("sock", "out", "buf", "body", "got", "reused", "keep"),
     )
 
-    def __init__(self, i: int, url: str, start: int, end: int):
-        parts = urlsplit(url)
-        self.i, self.netloc, self.start, self.end = i, parts.netloc, start, end
-        self.addr = (parts.hostname or "", parts.port or 80)
-        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    def __init__(self, i: int, where: tuple[str, tuple[str, int], str], start: int, end: int):
+        self.i, (self.netloc, self.addr, self.target), self.start, self.end = i, where, start, end
         self.sock: socket.socket | None = None
         self.out = b""
         self.buf = bytearray()
@@ -203,11 +200,17 @@ def _fetch(
     ``None``)."""
     out: list[Any] = [None] * len(urls)
     pending: dict[str, collections.deque[_Request]] = {}
+    parsed: dict[str, tuple[str, tuple[str, int], str]] = {}
     for i, (u, s, e) in enumerate(zip(urls, starts, ends)):
         if e <= s:
             out[i] = b""
             continue
-        req = _Request(i, u, s, e)
+        where = parsed.get(u)
+        if where is None:  # (netloc, (host, port), target), once per URL
+            parts = urlsplit(u)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            where = parsed[u] = (parts.netloc, (parts.hostname or "", parts.port or 80), target)
+        req = _Request(i, where, s, e)
         pending.setdefault(req.netloc, collections.deque()).append(req)
     left = sum(len(q) for q in pending.values())
     sel = selectors.DefaultSelector()
