@@ -5,8 +5,8 @@ for the latency: simple and close to a real server's behaviour for tests, but it
 about 0.1-0.2 ms of CPU per request (measured), CPU that a real object store never takes from the
 reading machine. :class:`AsyncRangeServer` answers the same requests (``GET`` with or without one
 ``Range: bytes=a-b`` / ``a-`` / ``-n``, ``HEAD``; keep-alive; 404, 416, 501) from one event loop
-thread: the latency is a timer (``loop.call_later``), files are read with ``os.pread`` from handles
-opened once, and each answer is one write. It serves a directory only, counts requests, and injects
+thread: the latency is a timer (``loop.call_later``), files are read with ``os.preadv`` (into the
+answer's buffer, behind its head) from handles opened once, and each answer is one write. It serves a directory only, counts requests, and injects
 no failures (use ``RangeHTTPServer`` in tests of retries).
 
 Responses on one connection go out in the order of its requests (HTTP/1.1 pipelining is allowed
@@ -149,10 +149,18 @@ class _Connection(asyncio.Protocol):
         extra = b"Accept-Ranges: bytes\r\n"
         if code == 206:
             extra += b"Content-Range: bytes %d-%d/%d\r\n" % (start, stop - 1, size)
-        answer = self._head(code, stop - start, close=close, extra=extra)
-        if method == b"GET":
-            answer += os.pread(fd, stop - start, start)
-            server.bytes_sent += stop - start
+        head = self._head(code, stop - start, close=close, extra=extra)
+        if method != b"GET":
+            self._later(head, close)
+            return
+        # The body read straight behind the head in one buffer: one copy of it, no concatenation.
+        answer = bytearray(len(head) + stop - start)
+        answer[: len(head)] = head
+        got = os.preadv(fd, [memoryview(answer)[len(head) :]], start)
+        if got != stop - start:  # the file shrank under the server: a short body, then close
+            del answer[len(head) + got :]
+            close = True
+        server.bytes_sent += got
         self._later(answer, close)
 
     @staticmethod
@@ -166,7 +174,7 @@ class _Connection(asyncio.Protocol):
             conn,
         )
 
-    def _later(self, answer: bytes, close: bool) -> None:
+    def _later(self, answer: bytes | bytearray, close: bool) -> None:
         """Writes ``answer`` after the server's latency, after the connection's earlier answers."""
         if close:
             self._close_after = True
