@@ -11,7 +11,9 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
   in that order.
 * ``fetch(acked, wait_s, credit)``: posts ``credit`` (a ``(seq, Consumed)`` command, or None),
   then returns every message the loop sent after message ``acked``, waiting up to
-  ``wait_s`` seconds for the first. Batches of elements travel as the method's return value, through Ray's
+  ``wait_s`` seconds for the first; with nothing to return, it returns at once while the loop
+  waits for a command with elements sent and not credited (it may wait for a credit, which the
+  consumer's next fetch carries). Batches of elements travel as the method's return value, through Ray's
   object store (numpy leaves of large results are zero-copy views for the consumer).
 * On the consumer's own Ray node, groups of elements travel through shared memory instead
   (:mod:`grain_plugin_ray.shm_path`): ``send`` writes each group's large buffers into a pooled
@@ -39,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from grain_core.author import AHEAD_BYTES, WorkerJob, WorkerLoop, nbytes
+from grain_core.author import AHEAD_BYTES, Consumed, WorkerJob, WorkerLoop, nbytes
 from grain_plugin_ray.shm_path import ShmSender, usable
 
 __all__ = ["GROUP_ELEMENTS", "HOLD_SECONDS", "ActorEndpoint", "Location", "WorkerActor"]
@@ -94,12 +96,20 @@ class ActorEndpoint:
         self._out_elements = self._out_bytes = self._out_other = 0
         self._loop_waits = False  # the loop waits for a command
         self._hurry = False
+        # (generation, elements) sent in the latest generation, and of the latest credit: while
+        # the loop waits with elements sent and not credited, it may wait for a credit.
+        self._sent = (-1, 0)
+        self._credited = (-1, 0)
 
     # --- the loop's side ----------------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
         size = _message_bytes(message)
         with self._send_lock:
+            if size[0]:
+                gen, n = self._sent
+                same = message.generation == gen
+                self._sent = (gen, n + size[0]) if same else (message.generation, size[0])
             if self._sender is not None and size[1] >= 0:
                 with self._cond:
                     release, self._release_due = self._release_due, 0
@@ -131,6 +141,9 @@ class ActorEndpoint:
 
     def post(self, seq: int, message: Any) -> None:
         with self._cond:
+            if isinstance(message, Consumed):
+                credit = (message.generation, message.elements)
+                self._credited = max(self._credited, credit)
             if seq < self._next_command:
                 self._ready.append(message)  # a re-send: the newest command
             elif seq > self._next_command:
@@ -160,6 +173,11 @@ class ActorEndpoint:
             or self._out_bytes >= self._group_bytes
         )
 
+    def _waits_for_credit(self) -> bool:
+        gen, sent = self._sent
+        credited = self._credited[1] if self._credited[0] == gen else 0
+        return self._loop_waits and sent > credited
+
     def hurry(self) -> None:
         with self._cond:
             self._hurry = True
@@ -176,7 +194,9 @@ class ActorEndpoint:
                     self._release_due += 1  # its segment is free: the consumer copied it out
             while not self._outbox:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._waits_for_credit():
+                    # Nothing to send and the loop may wait for a credit: the consumer's next
+                    # fetch carries it, rather than this one waiting out wait_s.
                     return []
                 self._cond.wait(left)
             # Hold them until they make a group (see the module docstring).

@@ -145,3 +145,35 @@ def test_unacknowledged_messages_are_returned_again() -> None:
     assert [m.seq for m in Fetch(ep).get()] == [1]
     # A consumer interrupted before it read that result fetches with the old acknowledgement.
     assert [m.seq for m in Fetch(ep, acked=0).get()] == [1]
+
+
+def test_nothing_to_send_and_uncredited_elements_end_the_wait() -> None:
+    """A fetch with nothing to return waits for messages, except while the loop waits for a
+    command with elements sent and not credited (it may wait for a credit): that fetch returns
+    at once, so the consumer's next one, which carries the credit, is not held up."""
+    from grain_core.author import Consumed
+
+    ep = ActorEndpoint(group_bytes=1 << 40)
+    ep.send(elements(1, [0.0] * 3))
+    ep.send(elements(2, [0.0] * 2))
+    got: list[Any] = []
+    loop = threading.Thread(target=lambda: got.append(ep.receive(BOUND_S)), daemon=True)
+    loop.start()
+    assert [m.seq for m in Fetch(ep).get()] == [1, 2]  # the waiting loop ends the hold
+    assert Fetch(ep, acked=2).get() == []  # 5 sent, none credited: at once
+    ep.post(0, Consumed(0, 3))
+    loop.join(BOUND_S)
+    assert got == [Consumed(0, 3)]
+    loop = threading.Thread(target=ep.receive, args=(BOUND_S,), daemon=True)
+    loop.start()
+    assert Fetch(ep, acked=2).get() == []  # 2 still not credited
+    ep.post(1, Consumed(0, 5))
+    loop.join(BOUND_S)
+    loop = threading.Thread(target=ep.receive, args=(BOUND_S,), daemon=True)
+    loop.start()
+    f = Fetch(ep, acked=2)
+    assert f.holding()  # all credited: the loop waits for something else, the fetch waits
+    ep.send(elements(3, [0.0]))
+    assert [m.seq for m in f.get()] == [3]
+    ep.post(2, Consumed(0, 6))
+    loop.join(BOUND_S)
