@@ -63,6 +63,10 @@ pool: a slow element holds back at most one chunk of elements read while reads w
 
 A failing read is retried element by element, so the elements before the failing one are delivered
 and the error (with a note naming the index) surfaces at the element that caused it.
+
+Reads that are CPU work in their thread use at most the process's CPU share of threads (its CPUs
+over the ``mp_prefetch`` workers sharing them), and none (the consumer reads inline) when that
+share is one CPU; reads that wait keep all ``num_threads`` (``read_threads``).
 """
 
 from __future__ import annotations
@@ -86,8 +90,13 @@ from grain_core.dataset.grain_exact_switch import pipeline_for_state
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.lazy_chunk import LazyChunk
 from grain_core.dataset.read_policy import ReadModePolicy, ReadStep
+from grain_core.dataset.read_threads import ReadVerdict, available_cpus, read_threads
 from grain_core.dataset.sequential import contiguous_share
-from grain_core.dataset.sharing import claim_worker_share, sequential_worker_share
+from grain_core.dataset.sharing import (
+    claim_worker_share,
+    enclosing_worker,
+    sequential_worker_share,
+)
 from grain_core.options import ReadOptions
 from grain_core.validation import check_instance
 
@@ -158,6 +167,12 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         # With threads: whether the pool reads ahead or only the chunk asked for (see
         # read_policy). A private hook: tests replace it with a policy of scripted decisions.
         self._policy = ReadModePolicy()
+        # Whether reads are CPU work (read_threads; a private hook, tests fix it), and the
+        # processes sharing this one's CPUs (mp_prefetch workers).
+        self._verdict = ReadVerdict()
+        worker = enclosing_worker()
+        self._workers, self._cpus = (1 if worker is None else worker[1]), available_cpus()
+        self._pool_threads = 0
         self._configure(ds)
         self._lock = threading.Lock()
         self._pool: futures.ThreadPoolExecutor | None = None
@@ -253,12 +268,22 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
     def _reads_ahead(self) -> bool:
         """Whether chunks go to the pool ahead of the consumer: with threads and a buffer, after
         the first chunk of a (re)start, while the policy finds reading ahead faster."""
-        return not (self._sync or self._cold) and self._policy.read_ahead
+        return not (self._sync or self._cold) and self._policy.read_ahead and self._threads() > 0
+
+    def _threads(self) -> int:
+        """Read threads now: ``num_threads``, fewer while reads are CPU work (read_threads)."""
+        n, cpu = self._read_options.num_threads, self._verdict.cpu_bound
+        return read_threads(n, cpu, self._workers, self._cpus)
 
     def _submit(self, start: int, stop: int, cpu: bool = False) -> futures.Future:
+        threads = max(self._threads(), 1)
+        if self._pool is not None and self._pool_threads != threads:
+            self._pool.shutdown(wait=False)  # its reads still run: their futures are queued
+            self._pool = None
         if self._pool is None:
+            self._pool_threads = threads
             self._pool = futures.ThreadPoolExecutor(
-                max_workers=self._read_options.num_threads, thread_name_prefix="grain_core-read"
+                max_workers=threads, thread_name_prefix="grain_core-read"
             )
         return self._pool.submit(self._read_chunk, start, stop, cpu)
 
@@ -279,11 +304,12 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
             if not ahead:
                 if not self._buffer:
                     inline = self._sync or self._cold or self._policy.inline
+                    inline = inline or not self._threads()
                     size = self._sync_chunk
                     if inline and want > size:
                         size = max(size, min(want, self._chunk_limit(False, asked=True)))
                     stop = min(self._len, start + size)
-                    fut = None if inline else self._submit(start, stop, self._near_end())
+                    fut = None if inline else self._submit(start, stop, True)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
                     # range without moving `_read_to` past it.
                     self._buffer += ((start, stop, fut, False),)
@@ -296,7 +322,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                     self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
-            if len(self._buffer) >= 2 * self._read_options.num_threads:
+            if len(self._buffer) >= 2 * self._threads():
                 break  # more would only queue: later chunks get the size learnt meanwhile
             stop = min(self._len, start + self._chunk)
             if budget - in_flight < stop - start and self._buffer:
@@ -331,7 +357,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         near = self._near_end()
         try:
             if fut is None:
-                items, seconds, done, used = self._read_chunk(start, stop, near)
+                items, seconds, done, used = self._read_chunk(start, stop, True)
             else:
                 try:
                     items, seconds, done, used = fut.result(timeout=self._slow_after())
@@ -342,8 +368,10 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                     waited = self._slow_after()
             if not lazy:
                 waited = seconds
-                if used is not None:
-                    self._reads_wait = used < _WAIT_SHARE * seconds
+                if used is not None:  # a read that ran alone (read_threads)
+                    self._verdict.record(used, seconds)
+                    if near:
+                        self._reads_wait = used < _WAIT_SHARE * seconds
             if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
@@ -384,7 +412,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
             return True
         if ahead and self._ramp is not None:
             self._ramp *= 2
-            if self._ramp > 2 * self._read_options.num_threads:
+            if self._ramp > 2 * max(self._threads(), 1):
                 self._ramp = None
         now = time.perf_counter()
         last, self._step_from = self._step_from, now
@@ -401,7 +429,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 self._reads_wait or not near,
             )
         )
-        if not self._policy.read_ahead:
+        if not self._policy.read_ahead or not self._threads():
             self._settle_at, self._restart_ahead = None, True
         if fut is None and self._cold:
             # a failed read (time unknown) ends the caller's reading
@@ -469,7 +497,8 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         """Whether the next chunk is read by the caller when asked for (nothing read ahead)."""
         if self._buffer or self._read_to >= self._len:
             return False
-        return self._sync or self._cold or (self._policy.inline and not self._policy.read_ahead)
+        inline = self._policy.inline or not self._threads()
+        return self._sync or self._cold or (inline and not self._reads_ahead())
 
     def unread(self, count: int) -> None:
         """Moves back over the last ``count`` elements the latest ``next_chunk`` returned."""
