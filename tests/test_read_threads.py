@@ -39,15 +39,26 @@ def test_thread_rule(num_threads, cpu_bound, workers, cpus, expected):
 def test_verdict_flips_only_after_reads_in_a_row_disagree():
     v = ReadVerdict()
     assert v.cpu_bound is None
-    v.record(0.009, 0.01)  # CPU work
+    v.record(0.009, 0.01)  # CPU work: the first read sets the verdict
     assert v.cpu_bound is True
-    for _ in range(ReadVerdict.FLIP_READS - 1):
+    for _ in range(ReadVerdict.TO_WAIT_READS - 1):
         v.record(0.0001, 0.01)  # waits
         assert v.cpu_bound is True
-    v.record(0.009, 0.01)  # one more CPU read resets the count
-    for _ in range(ReadVerdict.FLIP_READS - 1):
+    v.record(0.009, 0.01)  # one CPU read resets the count
+    for _ in range(ReadVerdict.TO_WAIT_READS - 1):
         v.record(0.0001, 0.01)
     assert v.cpu_bound is True
+    v.record(0.0001, 0.01)
+    assert v.cpu_bound is False
+    for _ in range(ReadVerdict.TO_CPU_READS - 1):
+        v.record(0.009, 0.01)
+        assert v.cpu_bound is False
+    v.record(0.009, 0.01)
+    assert v.cpu_bound is True
+
+
+def test_the_first_read_sets_the_verdict():
+    v = ReadVerdict()
     v.record(0.0001, 0.01)
     assert v.cpu_bound is False
 

@@ -14,9 +14,11 @@ already applies to its default ``ReadOptions``.
 :class:`ReadVerdict` says whether reads are CPU work: a read is CPU work when its thread's CPU time
 (``time.thread_time``) is at least ``CPU_SHARE`` of its wall time. Only reads that ran alone are
 measured (read by the consumer, or by one pool thread while the consumer waited): reads ahead run
-beside other reads, where waiting for the GIL or a core looks like waiting for I/O. The verdict
-changes after ``FLIP_READS`` reads in a row disagree with it (the first read sets it), so a read
-slowed by another process does not resize the pool. Until a read is measured, reads count as
+beside other reads, where waiting for the GIL or a core looks like waiting for I/O. The first read
+sets the verdict; it then turns to CPU work after ``TO_CPU_READS`` CPU reads in a row, and to
+waiting only after ``TO_WAIT_READS`` waiting reads in a row: a read cannot use more CPU than it
+did, but a CPU-bound read can look like a wait when other processes take the cores, so a few such
+reads on a loaded machine do not resize the pool. Until a read is measured, reads count as
 waiting (all threads, as in Grain). The iterator keeps the verdict in its private ``_verdict``
 attribute and reads only :attr:`ReadVerdict.cpu_bound` and :meth:`ReadVerdict.record`, so tests
 replace it with a fixed one. The thread count changes who reads when, never which elements come
@@ -48,8 +50,9 @@ def read_threads(num_threads: int, cpu_bound: bool | None, workers: int, cpus: i
 class ReadVerdict:
     """Whether reads are CPU work in their thread (:attr:`cpu_bound`; None before any read)."""
 
-    CPU_SHARE = 0.5
-    FLIP_READS = 3
+    CPU_SHARE = 0.3
+    TO_CPU_READS = 3
+    TO_WAIT_READS = 8
 
     def __init__(self) -> None:
         self.cpu_bound: bool | None = None
@@ -62,7 +65,7 @@ class ReadVerdict:
             self.cpu_bound, self._against = cpu, 0
             return
         self._against += 1
-        if self._against >= self.FLIP_READS:
+        if self._against >= (self.TO_CPU_READS if cpu else self.TO_WAIT_READS):
             self.cpu_bound, self._against = cpu, 0
 
 
