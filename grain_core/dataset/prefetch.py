@@ -357,7 +357,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         near = self._near_end()
         try:
             if fut is None:
-                items, seconds, done, used = self._read_chunk(start, stop, True)
+                items, seconds, done, used = self._read_chunk(start, stop, not self._sync)
             else:
                 try:
                     items, seconds, done, used = fut.result(timeout=self._slow_after())
