@@ -21,7 +21,6 @@ order: ``range(8)``, ``Batch(4)`` and 2 workers give ``[0, 2, 4, 6]``, ``[1, 3, 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.concurrency import guard_class
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.dataset.map_ops import source_identity
+from grain_core.dataset.read_threads import available_cpus, read_threads
 from grain_core.operations import apply_on_records, is_custom_operation
 from grain_core.options import MultiprocessingOptions, ReadOptions
 from grain_core.runtime.api import next_or_rollback
@@ -55,13 +55,6 @@ _STATE_VERSION = 1
 MAX_DEFAULT_READ_THREADS = 16
 
 
-def _available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def default_read_options(worker_count: int = 0) -> ReadOptions:
     """The ``ReadOptions`` a ``DataLoader`` uses when given none.
 
@@ -73,9 +66,10 @@ def default_read_options(worker_count: int = 0) -> ReadOptions:
     I/O-bound sources that profit from more threads than cores. The prefetch buffer stays at
     ``ReadOptions``' default. The element order never depends on the thread count.
     """
-    cpus = _available_cpus()
-    threads = min(MAX_DEFAULT_READ_THREADS, cpus // max(1, worker_count))
-    return ReadOptions(num_threads=threads if threads > 1 else 0)
+    threads = read_threads(
+        MAX_DEFAULT_READ_THREADS, cpu_bound=True, workers=worker_count, cpus=available_cpus()
+    )
+    return ReadOptions(num_threads=threads)
 
 
 class DataLoader:

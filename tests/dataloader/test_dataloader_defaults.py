@@ -21,7 +21,7 @@ def _loader(workers=0, **kw):
     "cpus,workers,threads", [(1, 0, 0), (2, 0, 2), (2, 2, 0), (2, 8, 0), (64, 0, 16), (64, 4, 16), (32, 4, 8)]
 )
 def test_default_read_threads_follow_the_machine(monkeypatch, cpus, workers, threads):
-    monkeypatch.setattr(data_loader, "_available_cpus", lambda: cpus)
+    monkeypatch.setattr(data_loader, "available_cpus", lambda: cpus)
     opts = data_loader.default_read_options(workers)
     assert opts.num_threads == threads
     assert opts.prefetch_buffer_size == grain.ReadOptions().prefetch_buffer_size
