@@ -85,6 +85,7 @@ class ActorEndpoint:
         self._sender = sender
         self._send_lock = threading.Lock()
         self._release_due = 0
+        self._entries: collections.deque[int] = collections.deque()  # writer entries per message
         self._waiting: dict[int, list[Any]] = {}  # commands that came before an earlier seq
         self._ready: collections.deque[Any] = collections.deque()
         self._next_command = 0
@@ -113,10 +114,13 @@ class ActorEndpoint:
             if self._sender is not None and size[1] >= 0:
                 with self._cond:
                     release, self._release_due = self._release_due, 0
-                message = self._sender.encode(message, release)
+                message, entries = self._sender.encode(message, release)
+            else:
+                entries = 0
             with self._cond:
                 self._outbox.append(message)
                 self._sizes.append(size)
+                self._entries.append(entries)
                 self._count(size, 1)
                 self._cond.notify_all()
 
@@ -190,8 +194,8 @@ class ActorEndpoint:
                 self._outbox.popleft()
                 size = self._sizes.popleft()
                 self._count(size, -1)
-                if self._sender is not None and size[1] >= 0:
-                    self._release_due += 1  # its segment is free: the consumer copied it out
+                # Its segments are free: the consumer copied the message out.
+                self._release_due += self._entries.popleft()
             while not self._outbox:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._waits_for_credit():

@@ -39,6 +39,7 @@ from grain_core.author import (
     MessageReader,
     MessageWriter,
     ShmFullError,
+    nbytes,
     shm_min_free_bytes,
     sweep_shm,
 )
@@ -49,52 +50,64 @@ __all__ = ["ShmGroup", "ShmReceiver", "ShmSender", "forget_prefix", "remember_pr
 EXIT_WAIT_SECONDS = 5.0
 
 
+#: Elements of a message are written in parts of about this many bytes, one segment each, so an
+#: actor's segments keep one size (a message of a group can take the whole ``ahead_bytes``; segments
+#: alternating between such sizes would be shrunk and grown, their pages freed and faulted again).
+PART_BYTES = 1 << 20
+
+
 @dataclasses.dataclass(frozen=True)
 class ShmGroup:
-    """An ``Elements`` message whose elements' large buffers lie in shared-memory ``segment``."""
+    """An ``Elements`` message whose elements' large buffers lie in shared memory: per part of
+    its elements, in order, ``(segment, payloads, layouts)`` as ``MessageWriter.finish`` made it."""
 
     seq: int
     generation: int
     state: Any
     skip: int
-    segment: str | None
-    payloads: list[bytes]
-    layouts: list[tuple]
+    parts: tuple[tuple[str | None, list[bytes], list[tuple]], ...]
     marks: tuple[Mark, ...] = ()
 
 
 class ShmSender:
     """The actor's side (used under the actor endpoint's send lock, one thread at a time).
 
-    ``encode`` writes an ``Elements`` message into a free segment; ``release(n)`` frees the
-    segments of the ``n`` oldest encoded messages (acknowledged by the consumer) before the next
-    write. Every ``Elements`` message passes through ``encode`` once, so the writer's messages in
-    flight stay in the outbox's order."""
+    ``encode(message, release)`` first frees the ``release`` oldest writer entries (of messages
+    the consumer acknowledged), then writes an ``Elements`` message's elements, in parts of about
+    :data:`PART_BYTES`, into free segments; it returns the message to send and how many writer
+    entries it made (to release once it is acknowledged). Every ``Elements`` message passes
+    through ``encode`` once, so the writer's entries stay in the outbox's order."""
 
     def __init__(self, prefix: str):
         self._writer = MessageWriter(prefix, shm_min_free_bytes())
         self.fallbacks = 0  # groups that went through the object store (ShmFullError)
 
-    def encode(self, message: Elements, release: int) -> Any:
+    def encode(self, message: Elements, release: int) -> tuple[Any, int]:
         w = self._writer
         for _ in range(release):
             w.release_oldest()
+        parts = []
+        elements = message.elements
+        start = 0
         try:
-            w.add(message.elements)
-            name, payloads, layouts = w.finish()
-        except ShmFullError:
+            while start < len(elements):
+                end, size = start, 0
+                while end < len(elements) and (end == start or size < PART_BYTES):
+                    size += nbytes(elements[end])
+                    end += 1
+                w.add(elements[start:end])
+                parts.append(w.finish())
+                start = end
+        except Exception as e:  # ShmFullError, or not picklable here (Ray's serializer says so)
             w.pass_through()
-            self.fallbacks += 1
-            return message
-        except Exception:  # not picklable here: the object store's serializer reports it
-            w.pass_through()
-            return message
-        if name is None:  # no large buffer in it: the message as it is
-            return message
+            self.fallbacks += isinstance(e, ShmFullError)
+            return message, len(parts) + 1
+        if all(name is None for name, _, _ in parts):  # no large buffer: the message as it is
+            return message, len(parts)
         return ShmGroup(
-            message.seq, message.generation, message.state, message.skip, name, payloads,
-            layouts, message.marks,
-        )  # fmt: skip
+            message.seq, message.generation, message.state, message.skip, tuple(parts),
+            message.marks,
+        ), len(parts)  # fmt: skip
 
     def close(self) -> None:
         self._writer.close()
@@ -112,15 +125,18 @@ class ShmReceiver:
         """``message`` with a :class:`ShmGroup` read back into an ``Elements`` of fresh arrays."""
         if not isinstance(message, ShmGroup):
             return message
-        try:
-            with self._lock:
-                (elements,) = self._reader.read(message.segment, message.payloads, message.layouts)
-        except FileNotFoundError:
-            raise OSError(
-                f"Ray actor {actor} reports the consumer's node id, but its shared-memory segment "
-                f"{message.segment!r} is not in this process's /dev/shm (a container with its own "
-                "/dev/shm?); use RayRuntime(shared_memory=False)"
-            ) from None
+        elements: list[Any] = []
+        for name, payloads, layouts in message.parts:
+            try:
+                with self._lock:
+                    (part,) = self._reader.read(name, payloads, layouts)
+            except FileNotFoundError:
+                raise OSError(
+                    f"Ray actor {actor} reports the consumer's node id, but its shared-memory "
+                    f"segment {name!r} is not in this process's /dev/shm (a container with its "
+                    "own /dev/shm?); use RayRuntime(shared_memory=False)"
+                ) from None
+            elements.extend(part)
         return Elements(
             message.seq, message.generation, message.state, message.skip, elements, message.marks
         )

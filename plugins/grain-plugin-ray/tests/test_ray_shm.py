@@ -65,7 +65,7 @@ def test_endpoint_reuses_a_segment_once_its_group_is_acknowledged():
             endpoint.send(_message(seq))
             (group,) = endpoint.fetch(acked, wait_s=5)
             assert isinstance(group, ShmGroup) and group.seq == seq
-            segments.add(group.segment)
+            segments.update(name for name, _, _ in group.parts)
             got = receiver.decode(group, "test")
             assert isinstance(got, Elements) and got.state == {"at": seq}
             for i, a in enumerate(got.elements):
@@ -84,6 +84,29 @@ def test_endpoint_reuses_a_segment_once_its_group_is_acknowledged():
         again = endpoint.fetch(acked, wait_s=5)
         assert first == again
         assert int(receiver.decode(again[0], "test").elements[1][0]) == 111
+    finally:
+        sender.close()
+        receiver.close()
+        forget_prefix(prefix)
+
+
+def test_a_large_message_is_written_in_parts_of_about_part_bytes():
+    """A message of 10 x 256 KiB goes in parts of about PART_BYTES (1 MiB) each, so an actor's
+    segments keep one size; the elements come back in order."""
+    prefix = new_shm_prefix()
+    sender, receiver = ShmSender(prefix), ShmReceiver()
+    endpoint = ActorEndpoint(group_bytes=0, sender=sender)
+    try:
+        big = Elements(1, 0, None, 0, [np.full(1 << 15, i) for i in range(10)])
+        endpoint.send(big)
+        (group,) = endpoint.fetch(0, wait_s=5)
+        assert isinstance(group, ShmGroup) and len(group.parts) == 3  # 4 + 4 + 2 elements
+        got = receiver.decode(group, "test").elements
+        assert [int(a[0]) for a in got] == list(range(10))
+        assert endpoint.fetch(1, wait_s=0) == []  # acknowledges the message
+        endpoint.send(_message(2))  # its three segments are released before this write
+        (group,) = endpoint.fetch(1, wait_s=5)
+        assert {name for name, _, _ in group.parts} <= {f"{prefix}_{i}" for i in range(3)}
     finally:
         sender.close()
         receiver.close()
