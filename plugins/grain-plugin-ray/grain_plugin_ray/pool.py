@@ -244,7 +244,8 @@ class RayChannel:
             credit = (self._seq, self._resume.sent(due))
         self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS, credit)
         self._hurried = False
-        if credit is not None:  # after the call: an interruption only posts the credit twice
+        if credit is not None and due is not None:  # after the call: an interruption only
+            # posts the credit twice
             self._seq += 1
             self._credit_posted = (due.generation, due.elements)
             self._credit_due = None
