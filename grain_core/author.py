@@ -27,7 +27,7 @@ Worker shares (stages that split their input among ``mp_prefetch`` workers)
   ``claim_worker_share``, ``no_worker_share``, ``current_worker``, ``worker_share``, ...
 Trees and files
   :mod:`grain_core.tree`'s ``map_structure``, ``nbytes``, ...; :mod:`grain_core.filesystems`'s
-  ``resolve_filesystem``, ``read_ranges``, ``RetryPolicy``, ...
+  ``resolve_filesystem``, ``read_ranges``, ``retry_ranges``, ``RetryPolicy``, ...
 Plugins and runtimes
   ``hookimpl``, ``register``, ``ENTRY_POINT_GROUP``, the plugin errors; the runtime API
   (``WorkerJob``, ``WorkerLoop``, ``WorkerPool``, the messages ``Start`` / ``Elements`` / ``End`` /
@@ -131,6 +131,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "is_transient",
         "read_ranges",
         "resolve_filesystem",
+        "retry_ranges",
         "storage_token",
         "with_retries",
     ),
@@ -236,6 +237,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         is_transient,
         read_ranges,
         resolve_filesystem,
+        retry_ranges,
         storage_token,
         with_retries,
     )

@@ -37,6 +37,7 @@ __all__ = [
     "is_transient",
     "read_ranges",
     "resolve_filesystem",
+    "retry_ranges",
     "storage_token",
     "with_retries",
 ]
@@ -248,16 +249,39 @@ def read_ranges(
             f"read_ranges: {len(paths)} paths, {len(starts)} starts and {len(ends)} ends; give "
             "one path (or one per range) and as many starts as ends."
         )
-    out: list[Any] = [None] * len(starts)
-    todo = list(range(len(starts)))
-    for attempt in range(retry.attempts):
-        got = _fetch(
+
+    def one_try(todo: list[int]) -> list[Any]:
+        return _fetch(
             fs,
             [paths[i] for i in todo],
             [starts[i] for i in todo],
             [ends[i] for i in todo],
             concurrency,
         )
+
+    return [bytes(r) for r in retry_ranges(one_try, paths, starts, ends, retry)]
+
+
+def retry_ranges(
+    one_try: Callable[[list[int]], list[Any]],
+    paths: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    retry: RetryPolicy,
+) -> list[Any]:
+    """The retry rules of :func:`read_ranges`, for a reader with its own way of fetching ranges.
+
+    ``one_try(todo)`` makes one try at the ranges ``todo`` (indices into ``paths`` / ``starts`` /
+    ``ends``) and returns, in the same order, each range's data or the exception it raised.
+    Ranges that failed transiently (:func:`is_transient`) are tried again, only those, after
+    ``retry``'s backoff, at most ``retry.attempts`` tries in all; ``FileNotFoundError`` /
+    ``PermissionError`` pass through at once; any other failure, or a range still failing after the
+    last try, raises ``OSError`` naming the file and the byte range. Returns the data per range."""
+    out: list[Any] = [None] * len(paths)
+    todo = list(range(len(paths)))
+    failed: list[tuple[int, BaseException]] = []
+    for attempt in range(retry.attempts):
+        got = one_try(todo)
         failed = []
         for i, r in zip(todo, got):
             if isinstance(r, BaseException):
@@ -269,7 +293,7 @@ def read_ranges(
                     ) from r
                 failed.append((i, r))
             else:
-                out[i] = bytes(r)
+                out[i] = r
         if not failed:
             return out
         todo = [i for i, _ in failed]

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from grain_core.author import RetryPolicy, is_transient
+from grain_core.author import RetryPolicy, retry_ranges
 from grain_core.author import read_ranges as fsspec_read_ranges
 
 __all__ = ["ENABLED", "MAX_IDLE", "TIMEOUT_S", "close_idle", "read_ranges", "usable"]
@@ -382,11 +382,10 @@ def read_ranges(
     they are in (so the caller's work overlaps the wait for the others, and a range's bytes are
     not kept), and the list holds ``None``; an error ``on_range`` raises ends the call."""
     paths, starts, ends = list(paths), [int(s) for s in starts], [int(e) for e in ends]
-    out: list[Any] = [None] * len(paths)
-    todo, fallback = list(range(len(paths))), []
-    for attempt in range(retry.attempts):
+    fallback: list[int] = []
 
-        def arrived(k: int, data: Any, todo: list[int] = todo) -> None:
+    def one_try(todo: list[int]) -> list[Any]:
+        def arrived(k: int, data: Any) -> None:
             assert on_range is not None
             on_range(todo[k], data)
 
@@ -397,31 +396,12 @@ def read_ranges(
             concurrency,
             None if on_range is None else arrived,
         )
-        failed = []
         for i, r in zip(todo, got):
             if isinstance(r, _Fallback):
                 fallback.append(i)
-            elif isinstance(r, BaseException):
-                if not is_transient(r):
-                    if isinstance(r, (FileNotFoundError, PermissionError)):
-                        raise r
-                    raise OSError(
-                        f"reading bytes [{starts[i]}, {ends[i]}) of {paths[i]!r} failed: {r!r}"
-                    ) from r
-                failed.append((i, r))
-            else:
-                out[i] = r
-        if not failed:
-            break
-        todo = [i for i, _ in failed]
-        if attempt + 1 < retry.attempts:
-            time.sleep(retry.delay(attempt))
-    else:
-        i, err = failed[0]
-        raise OSError(
-            f"reading bytes [{starts[i]}, {ends[i]}) of {paths[i]!r} failed after "
-            f"{retry.attempts} tries ({len(failed)} range(s) still failing): {err!r}"
-        ) from err
+        return [None if isinstance(r, _Fallback) else r for r in got]
+
+    out = retry_ranges(one_try, paths, starts, ends, retry)
     if fallback:
         datas = fsspec_read_ranges(
             fs,
