@@ -109,12 +109,11 @@ _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itsel
 #: never fewer elements than threads (each thread still gets one).
 READ_AHEAD_BYTES = 32 << 20
 #: Reading ahead is measured (read_policy) only while this many buffers' worth (``_budget``) or
-#: more are left to read, or reads wait (their thread's CPU time is under ``_WAIT_SHARE`` of their
-#: time: I/O, which reading ahead always hides): measuring it reads about three buffers' worth in
-#: the pool, so in a shorter run of CPU-bound reads (which threads speed up only where they
-#: release the GIL) it would be most of what is left, and could not pay for itself.
+#: more are left to read, or reads wait (the ``read_threads`` verdict: I/O, which reading ahead
+#: always hides): measuring it reads about three buffers' worth in the pool, so in a shorter run
+#: of CPU-bound reads (which threads speed up only where they release the GIL) it would be most
+#: of what is left, and could not pay for itself.
 EXPLORE_LEFT = 8
-_WAIT_SHARE = 0.5
 
 
 class PrefetchIterDataset(IterDataset):
@@ -163,7 +162,6 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         self._filter_check = FilterRatioCheck("to_iter_dataset")
         self._elem_bytes = self._floor = 0  # bytes of a recent element (0: unknown); bulk_reads
         self._typical_seconds = 0.0  # how long a chunk recently took
-        self._reads_wait = False  # the latest read measured near the end waited (see EXPLORE_LEFT)
         # With threads: whether the pool reads ahead or only the chunk asked for (see
         # read_policy). A private hook: tests replace it with a policy of scripted decisions.
         self._policy = ReadModePolicy()
@@ -370,8 +368,6 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 waited = seconds
                 if used is not None:  # a read that ran alone (read_threads)
                     self._verdict.record(used, seconds)
-                    if near:
-                        self._reads_wait = used < _WAIT_SHARE * seconds
             if not lazy and sizes_pool:
                 last, self._last_done = self._last_done, done
                 pool_seconds = seconds if last is None else min(seconds, max(done - last, 0.0))
@@ -426,7 +422,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 now - last if measured and last is not None else 0.0,
                 settled,
                 read_seconds,
-                self._reads_wait or not near,
+                self._verdict.cpu_bound is False or not near,  # reads wait: see EXPLORE_LEFT
             )
         )
         if not self._policy.read_ahead or not self._threads():
