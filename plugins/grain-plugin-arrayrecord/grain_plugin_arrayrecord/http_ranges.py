@@ -19,6 +19,11 @@ file and the range. Waits are bounded: no progress on any connection for :data:`
 the ranges still open with ``TimeoutError``. A connection reused from the pool that the server had
 closed is replaced once by a fresh one (not counted as a try).
 
+Copies: an answer is received into one buffer of the range's length plus room for its head
+(:data:`_HEAD_ROOM`), so the body lands in place from the socket and is handed on as that
+``bytearray`` with the head dropped from its front (no copy); only a head longer than the room
+costs one copy of the body bytes that came with it.
+
 Memory: each range's body is at most its requested length (a longer answer is refused), answer
 heads at most 64 KiB, at most ``concurrency`` connections open per call and
 :data:`MAX_IDLE` kept idle per server.
@@ -49,7 +54,9 @@ TIMEOUT_S = 30.0
 #: Idle keep-alive connections kept per server between calls.
 MAX_IDLE = 128
 _MAX_HEAD = 65536
-_RECV = 32768  # below malloc's mmap threshold: a bigger buffer costs an mmap per call
+#: Room for an answer's head in front of its body in the one buffer both are received into, so
+#: the body lands where it stays (a longer head costs one copy of what came with it).
+_HEAD_ROOM = 4096
 
 _LOCK = threading.Lock()
 _IDLE: dict[tuple[int, str], list[socket.socket]] = {}  # (pid, host:port) -> idle sockets
@@ -122,16 +129,19 @@ def _give_idle(netloc: str, sock: socket.socket) -> None:
 class _Request:
     __slots__ = (
         *("i", "netloc", "addr", "target", "start", "end"),
-        *("sock", "out", "buf", "body", "got", "reused", "keep"),
+        *("sock", "out", "buf", "got", "skip", "n", "reused", "keep"),
     )
 
     def __init__(self, i: int, where: tuple[str, tuple[str, int], str], start: int, end: int):
         self.i, (self.netloc, self.addr, self.target), self.start, self.end = i, where, start, end
         self.sock: socket.socket | None = None
         self.out = b""
-        self.buf = bytearray()
-        self.body: bytearray | None = None
-        self.got = 0
+        # The answer goes into ``buf``: the head first; once it is parsed, the body is
+        # ``buf[skip : skip + n]`` (``skip`` is -1 before) and ``got`` counts its bytes received
+        # (before: the bytes of ``buf`` received).
+        self.buf: bytearray | None = None
+        self.got = self.n = 0
+        self.skip = -1
         self.reused = False  # on a connection that answered before (the server may have shut it)
         self.keep = False  # the server keeps the connection open after this answer
 
@@ -218,7 +228,7 @@ def _fetch(
     addresses: dict[tuple[str, int], Any] = {}
 
     def send(req: _Request, sock: socket.socket, registered: bool) -> None:
-        req.sock, req.buf, req.body, req.got = sock, bytearray(), None, 0
+        req.sock, req.buf, req.got, req.skip = sock, None, 0, -1
         req.out = (
             f"GET {req.target} HTTP/1.1\r\nHost: {req.netloc}\r\n"
             f"Range: bytes={req.start}-{req.end - 1}\r\nAccept-Encoding: identity\r\n\r\n"
@@ -291,34 +301,42 @@ def _fetch(
                         if not req.out:
                             sel.modify(sock, selectors.EVENT_READ, req)
                         continue
-                    if req.body is None:
-                        data = sock.recv(_RECV)
-                        if not data:
-                            raise ConnectionError(f"{req.netloc} closed the connection")
-                        req.buf += data
-                        end = req.buf.find(b"\r\n\r\n")
-                        if end < 0:
-                            if len(req.buf) > _MAX_HEAD:
+                    buf = req.buf
+                    if req.skip < 0:  # the head is not in yet
+                        if buf is None:  # head and body are received into one buffer
+                            buf = req.buf = bytearray(req.end - req.start + _HEAD_ROOM)
+                        elif req.got == len(buf):  # a long head: more room (it is bounded)
+                            if len(buf) > _MAX_HEAD + req.end - req.start:
                                 raise ConnectionError(f"an answer head over 64 KiB: {urls[req.i]}")
+                            buf.extend(bytes(_MAX_HEAD))
+                        got = sock.recv_into(memoryview(buf)[req.got :])
+                        if not got:
+                            raise ConnectionError(f"{req.netloc} closed the connection")
+                        end = buf.find(b"\r\n\r\n", max(0, req.got - 3), req.got + got)
+                        req.got += got
+                        if end < 0:
                             continue
-                        n, keep = _parse_head(req, bytes(req.buf[:end]), urls[req.i])
-                        rest = req.buf[end + 4 :]
-                        if len(rest) > n:  # more than the body: not an answer to this request
+                        n, keep = _parse_head(req, bytes(buf[:end]), urls[req.i])
+                        skip, rest = end + 4, req.got - end - 4
+                        if rest > n:  # more than the body: not an answer to this request
                             raise ConnectionError(f"{urls[req.i]} sent more than the range")
-                        req.got, req.keep = len(rest), keep
-                        if len(rest) == n:  # all in already (small answers): no second copy
-                            req.body = rest
-                        else:
-                            req.body = bytearray(n)
-                            req.body[: len(rest)] = rest
+                        if skip + n > len(buf):  # the head took the body's room: a new buffer
+                            body = bytearray(n)
+                            body[:rest] = memoryview(buf)[skip : skip + rest]
+                            req.buf = buf = body
+                            skip = 0
+                        req.skip, req.n, req.got, req.keep = skip, n, rest, keep
                     else:
-                        got = sock.recv_into(memoryview(req.body)[req.got :])
+                        got = sock.recv_into(memoryview(buf)[req.skip + req.got : req.skip + req.n])
                         if not got:
                             raise ConnectionError(f"{req.netloc} closed the connection")
                         req.got += got
-                    if req.got < len(req.body):
+                    if req.got < req.n:
                         continue
-                    arrived = req.body
+                    assert buf is not None
+                    del buf[req.skip + req.n :]  # the body alone, without copying it: a
+                    del buf[: req.skip]  # bytearray drops its front by moving its start
+                    arrived = buf
                     done(req, arrived if on_range is None else None)  # not copied once more
                     queue = pending[req.netloc]
                     req.sock = None
@@ -347,7 +365,7 @@ def _fetch(
                     if req.sock is None:  # raised by on_range: the caller's error
                         raise
                     drop(req)
-                    if req.reused and req.body is None and not req.buf:
+                    if req.reused and req.skip < 0 and not req.got:
                         req.reused = False  # the server had shut it: once more, fresh
                         try:
                             send(req, _connect(req, addresses), False)

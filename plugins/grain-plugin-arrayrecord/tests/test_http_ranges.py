@@ -114,10 +114,13 @@ def test_missing_files_and_failures_keep_fsspecs_errors_and_bounded_tries(tmp_pa
 
 class _OneShotServer:
     """Answers one range request per connection, then closes it without saying so (as a server
-    with a per-connection request limit does): a kept connection is found shut on reuse."""
+    with a per-connection request limit does): a kept connection is found shut on reuse.
+    ``padding`` header bytes are added to each answer's head, sent ``piece`` bytes at a time
+    (and the first bytes of the body), then the rest."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data: bytes, padding: int = 0, piece: int = 0):
         self.data, self.requests = data, 0
+        self.padding, self.piece = padding, piece
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -144,15 +147,24 @@ class _OneShotServer:
                 self.requests += 1
                 a, b = int(found[1]), min(int(found[2]), len(self.data) - 1)
                 body = self.data[a : b + 1]
-                conn.sendall(
-                    b"HTTP/1.1 206 Partial Content\r\nContent-Length: %d\r\n"
+                pad = b"X-Pad: %s\r\n" % (b"p" * self.padding) if self.padding else b""
+                answer = (
+                    b"HTTP/1.1 206 Partial Content\r\nContent-Length: %d\r\n%s"
                     b"Content-Range: bytes %d-%d/%d\r\n\r\n%s"
-                    % (len(body), a, b, len(self.data), body)
+                    % (len(body), pad, a, b, len(self.data), body)
                 )
+                split = answer.index(b"\r\n\r\n") + 20 if self.piece else 0  # the head in pieces
+                with contextlib.suppress(OSError):  # the client may give up on a long head
+                    for k in range(0, split, self.piece or 1):
+                        conn.sendall(answer[k : min(k + self.piece, split)])
+                    conn.sendall(answer[split:])
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept() (closing alone does not on Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
 
 
 def test_connections_the_server_shut_are_replaced_without_a_failure(http_fs):
@@ -168,6 +180,34 @@ def test_connections_the_server_shut_are_replaced_without_a_failure(http_fs):
                 FILES["a.bin"][s:e] for s, e in ((0, 5), (7, 50), (100, 200), (k, k + 9))
             ]
         assert server.requests == 12
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("padding", [0, 100, 5_000, 40_000])
+@pytest.mark.parametrize("piece", [0, 3, 1_000])
+def test_heads_of_any_length_in_any_pieces_give_the_bodies(http_fs, padding, piece):
+    """Head and body are received into one buffer with room for a head in front: a longer head
+    (the body then gets its own buffer) and answers that arrive a few bytes at a time give the
+    same bytes."""
+    server = _OneShotServer(FILES["a.bin"], padding=padding, piece=piece)
+    try:
+        url = f"{server.url}/a.bin"
+        asks = ([url] * 4, [0, 7, 1000, 299_990], [5, 9_000, 61_000, 300_000])
+        got = http_ranges.read_ranges(http_fs, *asks, retry=QUICK, concurrency=2)
+        assert [bytes(g) for g in got] == [FILES["a.bin"][s:e] for s, e in zip(*asks[1:])]
+        assert all(isinstance(g, bytearray) for g in got)
+    finally:
+        server.close()
+
+
+def test_a_head_over_64_kib_is_refused(http_fs):
+    server = _OneShotServer(FILES["a.bin"], padding=70_000)
+    try:
+        with pytest.raises(OSError, match="failed after 3 tries.*head over 64 KiB"):
+            http_ranges.read_ranges(
+                http_fs, [f"{server.url}/a.bin"], [0], [10], retry=QUICK, concurrency=2
+            )
     finally:
         server.close()
 
