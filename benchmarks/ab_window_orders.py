@@ -2,10 +2,12 @@
 window orders computed before timing, each as a share of the plain-Python floor timed in the same
 round (a diagnostic, not part of ``run.py``'s bench).
 
-Each round times, alternating: the floor, the row as shipped, and the row with every window's order
+Each round times, alternating: the floor, the row as shipped, the row with every window's order
 taken from a table filled by an untimed pass (the ceiling for any faster way of computing the
-same orders). It prints each round's shares and their medians, so a loaded machine shows as
-spread rather than as a slower figure. Usage::
+same orders), and the row with the next 32 windows' orders computed on one background thread
+while the current ones are served (a prototype of the design ``docs/transforms.md`` explains is
+not used). It prints each round's shares and their medians, so a loaded machine shows as spread
+rather than as a slower figure. Usage::
 
     python benchmarks/ab_window_orders.py [--rounds 5] [--default-options]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,10 +27,41 @@ from grain_plugin_window_shuffle import window_shuffle  # noqa: E402
 from harness import _timed_reference, measure  # noqa: E402
 
 import grain_core  # noqa: E402
+from grain_core.author import shuffle_tables  # noqa: E402
+
+#: Windows per background computation, and the longest wait for one (it takes milliseconds).
+_BATCH = 32
+_WAIT_S = 60.0
 
 
 def _rate(zero: bool) -> float:
     return measure(lambda: bench_chunks._window_shuffle(grain_core, zero), lambda _: 1, 30)
+
+
+def _tables(it, first: int, length: int):
+    seeds = [(it._seed + first + j) % 2**32 for j in range(_BATCH)]
+    return shuffle_tables(length - 1, seeds, grain_exact=it._grain_exact)
+
+
+def _threaded(pool: ThreadPoolExecutor, shipped):
+    """An ``_order`` serving full windows from batches of ``_BATCH`` orders, the next batch
+    computed on ``pool`` while this one is served (the same orders as ``shipped``)."""
+
+    def order(self, k, length):
+        if length != self._size:
+            return shipped(self, k, length)
+        st = self.__dict__.setdefault("_ab_threaded", {"tables": None, "first": 0, "next": None})
+        if st["tables"] is None or not 0 <= k - st["first"] < _BATCH:
+            nxt = st["next"]
+            if nxt is not None and nxt[0] == k:
+                st["tables"] = nxt[1].result(timeout=_WAIT_S)
+            else:
+                st["tables"] = _tables(self, k, length)
+            st["first"] = k
+            st["next"] = (k + _BATCH, pool.submit(_tables, self, k + _BATCH, length))
+        return st["tables"][k - st["first"], ::-1]
+
+    return order
 
 
 def main() -> None:
@@ -50,7 +84,13 @@ def main() -> None:
 
     it_class._order = recording
     _rate(zero)  # untimed: fills the table of orders
-    shares: dict[str, list[float]] = {"as shipped": [], "orders precomputed": []}
+    shares: dict[str, list[float]] = {
+        "as shipped": [],
+        "orders precomputed": [],
+        "orders on a background thread": [],
+    }
+    pool = ThreadPoolExecutor(1, thread_name_prefix="ab-window-orders")
+    threaded = _threaded(pool, shipped)
     try:
         for r in range(args.rounds):
             base = _timed_reference(floor, ())
@@ -58,9 +98,12 @@ def main() -> None:
             shares["as shipped"].append(_rate(zero) / base)
             it_class._order = precomputed
             shares["orders precomputed"].append(_rate(zero) / base)
+            it_class._order = threaded
+            shares["orders on a background thread"].append(_rate(zero) / base)
             print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.0%}" for k, v in shares.items()))
     finally:
         it_class._order = shipped
+        pool.shutdown(wait=True)  # a batch still computing ends within milliseconds
     tag = "default options" if args.default_options else "threads=0 buffer=0"
     for k, v in shares.items():
         print(f"{tag}: {k}: median {statistics.median(v):.0%} of the floor")
