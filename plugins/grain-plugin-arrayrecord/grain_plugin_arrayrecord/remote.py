@@ -290,6 +290,7 @@ class RemoteReader:
         if plan.singles is not None:  # one record per chunk: chunk c holds record c
             plan.cids = keys
             plan.missing = _unique(keys)  # such chunks are never cached
+            plan.singles = [None] * plan.missing.size  # decoded records, as ``missing``
         else:
             plan.cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
             missing = []
@@ -302,6 +303,7 @@ class RemoteReader:
             plan.missing = np.asarray(missing, dtype=np.int64)
         plan.begins = idx.chunk_offsets[plan.missing]
         plan.ends = idx.chunk_offsets[plan.missing + 1]
+        plan.spans = (plan.begins.tolist(), plan.ends.tolist())
         plan.requests = coalesce(plan.begins, plan.ends, self._max_gap, self._max_request)
         return plan
 
@@ -322,10 +324,12 @@ class _Plan:
         self.reader, self.idx, self.keys = reader, idx, keys
         self.cids = np.zeros(0, dtype=np.int64)
         self.chunks: dict[int, riegeli.Chunk] = {}
-        # Files of one record per chunk (group_size:1): their records by chunk, decoded in bulk.
+        # Files of one record per chunk (group_size:1): record ``missing[k]`` is ``singles[k]``,
+        # decoded in bulk.
         one_each = idx.num_records == len(idx.chunk_offsets) - 1
-        self.singles: dict[int, bytes] | None = {} if one_each else None
+        self.singles: list[bytes | None] | None = [] if one_each else None
         self.missing = self.begins = self.ends = self.cids
+        self.spans: tuple[list[int], list[int]] = ([], [])  # begins and ends, as lists
         self.requests: list[tuple[int, int, int, int]] = []
 
     def decode(self, request: tuple[int, int, int, int], data: bytes) -> None:
@@ -337,12 +341,10 @@ class _Plan:
         ks: Sequence[int] = range(i, j)
         singles = self.singles
         if singles is not None:
-            cids = self.missing[i:j].tolist()
-            got = riegeli.decode_singles(
-                data, b, self.begins[i:j].tolist(), self.ends[i:j].tolist()
-            )
-            singles.update(zip(cids, got))  # type: ignore[arg-type]  # Nones: replaced below
-            ks = [i + k for k, rec in enumerate(got) if rec is None]  # decoded one by one below
+            begins, ends = self.spans
+            got = riegeli.decode_singles(data, b, begins[i:j], ends[i:j])
+            singles[i:j] = got
+            ks = [i + k for k, rec in enumerate(got) if rec is None] if None in got else ()
         for k in ks:
             c, cb, ce = int(self.missing[k]), int(self.begins[k]), int(self.ends[k])
             try:
@@ -358,7 +360,7 @@ class _Plan:
                 )
                 raise ChunkReadError(err, self._first_record(c))
             if singles is not None:
-                singles[c] = chunk.record(0)
+                singles[k] = chunk.record(0)
                 continue
             self.chunks[c] = chunk
             if expected > 1:
@@ -370,8 +372,9 @@ class _Plan:
     def records(self) -> list[bytes]:
         if self.keys.size == 0:
             return []
-        if self.singles is not None:
-            return list(map(self.singles.__getitem__, self.keys.tolist()))
+        if self.singles is not None:  # by position in ``missing`` (sorted, unique)
+            where = np.searchsorted(self.missing, self.keys)
+            return list(map(self.singles.__getitem__, where.tolist()))  # type: ignore[arg-type]
         chunks = self.chunks
         local = self.keys - self.idx.record_starts[self.cids]
         return [chunks[c].record(i) for c, i in zip(self.cids.tolist(), local.tolist())]

@@ -54,8 +54,8 @@ def test_single_record_chunks_decode_in_bulk_like_array_record(tmp_path, option)
     ]
     if "snappy" in option or "brotli" in option:  # other codecs: the general decoder
         assert got == [None] * len(begins)
-    else:  # every chunk inside one block is decoded here, and right
-        assert [g is None for g in got] == crossing and any(crossing)
+    else:  # every chunk is decoded here (those a block header interrupts too), and right
+        assert got == expected and any(crossing)
     assert all(g is None or g == e for g, e in zip(got, expected))
     # Through the reader (bulk where it applies, one by one elsewhere): array_record's records.
     src = ArrayRecordDataSource(str(path).replace(str(tmp_path), "memory://bulk_decode", 1))
@@ -79,15 +79,21 @@ def test_without_hashes_nothing_is_decoded_in_bulk_and_records_are_the_same(tmp_
     assert reader.read(list(range(len(begins)))[::-1]) == _reference(path)[::-1]
 
 
+@pytest.mark.parametrize("crossing", [False, True])
 @pytest.mark.parametrize("where", ["header", "data"])
-def test_a_damaged_single_record_chunk_is_named_by_the_general_decoder(tmp_path, where):
+def test_a_damaged_single_record_chunk_is_named_by_the_general_decoder(tmp_path, where, crossing):
+    """A flipped byte in a chunk's header or data (in a chunk inside one block, or in one that a
+    block header interrupts, after that header) is an error naming the file and the chunk."""
     path = tmp_path / "clean.array_record"
     _write(path, "group_size:1,uncompressed")
     _, begins, ends = _spans(path)
+    block = riegeli.BLOCK_SIZE
     c = next(
         k
         for k, (b, e) in enumerate(zip(begins, ends))
-        if e - b > 300 and b // riegeli.BLOCK_SIZE == (e - 1) // riegeli.BLOCK_SIZE
+        if e - b > 300
+        and (b // block != (e - 1) // block) == crossing
+        and (not crossing or b % block < block - 300)  # header and byte 200 before the boundary
     )
     raw = bytearray(path.read_bytes())
     raw[begins[c] + (20 if where == "header" else 200)] ^= 0x01
