@@ -5,8 +5,15 @@ out, in what order, or the state (see the ``prefetch`` module docstring)."""
 
 from __future__ import annotations
 
+from grain_core.dataset.chunking import CHUNK_BYTES
 from grain_core.options import ReadOptions
 
+_MAX_CHUNK = 1024
+_MAX_SYNC_CHUNK = 16384  # without threads (a shuffle's cipher costs per call: spread over more)
+#: With threads, the elements read ahead take about this many bytes at most once an element's size
+#: is known (``prefetch_buffer_size`` counts elements: 500 batches of 3 MiB would be 1.5 GB), yet
+#: never fewer elements than threads (each thread still gets one).
+READ_AHEAD_BYTES = 32 << 20
 _MIN_CHUNK_SECONDS = 0.002
 _MAX_CHUNK_SECONDS = 0.02
 _POOL_GROW_SECONDS = 0.005  # grow chunks (up to one thread's share) while they cost the pool less
@@ -16,8 +23,7 @@ _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the cal
 
 
 class ChunkSizes:
-    """The chunk-size rules of ``PrefetchDatasetIterator``, which holds the attributes below and
-    defines ``_chunk_limit``."""
+    """The chunk-size rules of ``PrefetchDatasetIterator``, which holds the attributes below."""
 
     _sync: bool  # no read-ahead (no threads or no buffer)
     _read_options: ReadOptions
@@ -27,9 +33,33 @@ class ChunkSizes:
     _sync_cost: dict[int, float]  # seconds per element of the last chunk read when asked for, by size
     _pool_cost: dict[int, float]  # ... and of the last pool chunk
     _typical_seconds: float  # how long a chunk recently took
+    _elem_bytes: int  # bytes of a recent element (0: unknown)
+    _fan_in: int  # source elements one element reads at most (chunking.source_fan_in)
 
     def _chunk_limit(self, ahead: bool, asked: bool = False) -> int:
-        raise NotImplementedError
+        """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
+        ``_MAX_CHUNK``), about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when
+        asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming).
+        ``asked``: a chunk the caller reads for the elements a ``next_chunk(n)`` asks for (see
+        ``next_chunk``): ``_MAX_SYNC_CHUNK // source_fan_in`` and ``CHUNK_BYTES`` only."""
+        sync = self._sync or asked
+        limit = max(1, _MAX_SYNC_CHUNK // self._fan_in) if sync else _MAX_CHUNK
+        if self._elem_bytes:
+            limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
+        if not sync:
+            budget = self._budget()
+            limit = min(limit, max(1, budget // 2 if ahead else budget))
+        return limit
+
+    def _budget(self) -> int:
+        """The most elements in flight with threads: ``prefetch_buffer_size``, or fewer once an
+        element's size is known, about ``READ_AHEAD_BYTES`` (at least ``num_threads``); and at
+        least three calls of a bulk source's floor: one consumed, two in flight (bulk_reads)."""
+        size = self._read_options.prefetch_buffer_size
+        if self._elem_bytes:
+            by_bytes = max(self._read_options.num_threads, READ_AHEAD_BYTES // self._elem_bytes)
+            size = min(size, by_bytes)
+        return max(size, 3 * self._floor)
 
     def _adapt_sync(self, seconds: float, elements: int) -> None:
         """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).

@@ -82,8 +82,14 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.bulk_reads import bulk_floor, declared_bulk_size
-from grain_core.dataset.chunk_sizes import _SLOW_MIN_SECONDS, ChunkSizes
-from grain_core.dataset.chunking import CHUNK_BYTES, source_fan_in
+from grain_core.dataset.chunk_sizes import (  # noqa: F401 (_MAX_SYNC_CHUNK, READ_AHEAD_BYTES: tests)
+    _MAX_CHUNK,
+    _MAX_SYNC_CHUNK,
+    _SLOW_MIN_SECONDS,
+    READ_AHEAD_BYTES,
+    ChunkSizes,
+)
+from grain_core.dataset.chunking import source_fan_in
 from grain_core.dataset.filter_ratio import FilterRatioCheck, nones_in
 from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
 from grain_core.dataset.grain_exact_switch import pipeline_for_state
@@ -100,14 +106,8 @@ from grain_core.dataset.sharing import (
 from grain_core.options import ReadOptions
 from grain_core.validation import check_instance
 
-_MAX_CHUNK = 1024
-_MAX_SYNC_CHUNK = 16384  # without threads (a shuffle's cipher costs per call: spread over more)
 _SLOW_FACTOR = 20  # a head chunk is read element-wise this many times a recent chunk's time late
 _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
-#: With threads, the elements read ahead take about this many bytes at most once an element's size
-#: is known (``prefetch_buffer_size`` counts elements: 500 batches of 3 MiB would be 1.5 GB), yet
-#: never fewer elements than threads (each thread still gets one).
-READ_AHEAD_BYTES = 32 << 20
 #: Reading ahead is measured (read_policy) only while this many buffers' worth (``_budget``) or
 #: more are left to read, or reads wait (the ``read_threads`` verdict: I/O, which reading ahead
 #: always hides): measuring it reads about three buffers' worth in the pool, so in a shorter run
@@ -237,31 +237,6 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
     def _near_end(self) -> bool:
         """Whether fewer than ``EXPLORE_LEFT`` buffers' worth are left to read (with threads)."""
         return not self._sync and self._len - self._read_to < EXPLORE_LEFT * self._budget()
-
-    def _chunk_limit(self, ahead: bool, asked: bool = False) -> int:
-        """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
-        ``_MAX_CHUNK``), about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when
-        asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming).
-        ``asked``: a chunk the caller reads for the elements a ``next_chunk(n)`` asks for (see
-        ``next_chunk``): ``_MAX_SYNC_CHUNK // source_fan_in`` and ``CHUNK_BYTES`` only."""
-        sync = self._sync or asked
-        limit = max(1, _MAX_SYNC_CHUNK // self._fan_in) if sync else _MAX_CHUNK
-        if self._elem_bytes:
-            limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
-        if not sync:
-            budget = self._budget()
-            limit = min(limit, max(1, budget // 2 if ahead else budget))
-        return limit
-
-    def _budget(self) -> int:
-        """The most elements in flight with threads: ``prefetch_buffer_size``, or fewer once an
-        element's size is known, about ``READ_AHEAD_BYTES`` (at least ``num_threads``); and at
-        least three calls of a bulk source's floor: one consumed, two in flight (bulk_reads)."""
-        size = self._read_options.prefetch_buffer_size
-        if self._elem_bytes:
-            by_bytes = max(self._read_options.num_threads, READ_AHEAD_BYTES // self._elem_bytes)
-            size = min(size, by_bytes)
-        return max(size, 3 * self._floor)
 
     def _reads_ahead(self) -> bool:
         """Whether chunks go to the pool ahead of the consumer: with threads and a buffer, after
