@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import errno
 import os
+import select
 import selectors
 import socket
 import threading
@@ -180,6 +181,58 @@ def _parse_head(req: _Request, head: bytes, url: str) -> tuple[int, bool]:
     return n, keep
 
 
+class _Poller:
+    """What this loop needs of a selector, over ``select.epoll`` directly where there is one (a C
+    call per change instead of ``selectors``' Python bookkeeping, twice per range), else over
+    ``selectors.DefaultSelector``. ``reqs`` maps each registered socket's fd to its request;
+    :meth:`select` gives ``(request, its socket then, mask)`` as of the call (``selectors``'
+    ``EVENT_READ`` / ``EVENT_WRITE``; errors and hang-ups set both, as ``selectors`` does)."""
+
+    def __init__(self) -> None:
+        self.reqs: dict[int, _Request] = {}
+        self._ep = select.epoll() if hasattr(select, "epoll") else None
+        self._sel = selectors.DefaultSelector() if self._ep is None else None
+
+    def register(self, sock: socket.socket, event: int, req: _Request, new: bool = True) -> None:
+        fd = sock.fileno()
+        self.reqs[fd] = req
+        if self._ep is not None:
+            flags = select.EPOLLIN if event == selectors.EVENT_READ else select.EPOLLOUT
+            (self._ep.register if new else self._ep.modify)(fd, flags)
+        else:
+            assert self._sel is not None
+            (self._sel.register if new else self._sel.modify)(sock, event, req)
+
+    def modify(self, sock: socket.socket, event: int, req: _Request) -> None:
+        self.register(sock, event, req, new=False)
+
+    def unregister(self, sock: socket.socket) -> None:
+        del self.reqs[sock.fileno()]
+        if self._ep is not None:
+            self._ep.unregister(sock)
+        else:
+            assert self._sel is not None
+            self._sel.unregister(sock)
+
+    def select(self, timeout: float) -> list[tuple[_Request, socket.socket | None, int]]:
+        reqs = self.reqs
+        if self._ep is None:
+            assert self._sel is not None
+            return [(k.data, k.data.sock, m) for k, m in self._sel.select(timeout)]
+        out = []
+        for fd, ev in self._ep.poll(timeout):
+            req = reqs.get(fd)
+            if req is not None:
+                mask = selectors.EVENT_READ if ev & ~select.EPOLLOUT else 0
+                if ev & ~select.EPOLLIN:
+                    mask |= selectors.EVENT_WRITE
+                out.append((req, req.sock, mask))
+        return out
+
+    def close(self) -> None:
+        (self._ep or self._sel).close()  # type: ignore[union-attr]
+
+
 def _connect(req: _Request, addresses: dict[tuple[str, int], Any]) -> socket.socket:
     """A non-blocking socket connecting to ``req``'s server (the connect completes later)."""
     if req.addr not in addresses:
@@ -223,8 +276,8 @@ def _fetch(
         req = _Request(i, where, s, e)
         pending.setdefault(req.netloc, collections.deque()).append(req)
     left = sum(len(q) for q in pending.values())
-    sel = selectors.DefaultSelector()
-    open_ = sel.get_map()
+    sel = _Poller()
+    open_ = sel.reqs
     addresses: dict[tuple[str, int], Any] = {}
 
     def send(req: _Request, sock: socket.socket, registered: bool) -> None:
@@ -279,18 +332,16 @@ def _fetch(
             events = sel.select(min(1.0, TIMEOUT_S))
             if not events:
                 if time.monotonic() - last > TIMEOUT_S:  # bounded: fail what is left
-                    for key in list(open_.values()):
-                        drop(key.data)
-                        done(key.data, TimeoutError(f"no answer in {TIMEOUT_S} s"))
+                    for req in list(open_.values()):
+                        drop(req)
+                        done(req, TimeoutError(f"no answer in {TIMEOUT_S} s"))
                     for queue in pending.values():
                         while queue:
                             done(queue.popleft(), TimeoutError(f"no answer in {TIMEOUT_S} s"))
                 continue
             last = time.monotonic()
-            for key, mask in events:
-                req = key.data
-                sock = req.sock
-                if sock is None or req.sock is not key.fileobj:  # finished earlier this round
+            for req, sock, mask in events:
+                if sock is None or req.sock is not sock:  # finished earlier this round
                     continue
                 try:
                     if mask & selectors.EVENT_WRITE:
@@ -375,8 +426,9 @@ def _fetch(
                     done(req, e)
                 fill()
     finally:
-        for key in list(open_.values()):
-            key.fileobj.close()  # type: ignore[union-attr]
+        for req in list(open_.values()):
+            if req.sock is not None:
+                req.sock.close()
         sel.close()
     return out
 
