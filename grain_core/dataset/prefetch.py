@@ -90,6 +90,7 @@ from grain_core.dataset.chunk_sizes import (  # noqa: F401 (_MAX_SYNC_CHUNK, REA
     ChunkSizes,
 )
 from grain_core.dataset.chunking import source_fan_in
+from grain_core.dataset.fast_next import list_serving_next
 from grain_core.dataset.filter_ratio import FilterRatioCheck, nones_in
 from grain_core.dataset.fingerprints import map_fingerprint, stage_descriptions
 from grain_core.dataset.grain_exact_switch import pipeline_for_state
@@ -206,6 +207,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         self._buffer: collections.deque[tuple[int, int, Any, bool]] = collections.deque()
         self._read_to = self._next_index
         self._current: Any = []
+        self._serve: Any = ()  # _current while __next__ may serve it before the guard, else ()
         self._current_start = self._next_index
         self._current_pos = 0
         self._current_dense = True  # the current chunk holds no None (slices need no filtering)
@@ -373,10 +375,11 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
             kept, dense = len(carry), dense and self._current_dense
             items = carry + items
         consumed = len(self._current) - kept  # the previous chunk, consumed up to `carry`
+        serve = items if dense and not lazy and type(items) is list else ()  # see __next__
         # The commit: plain assignments and a `del` (no call, so no KeyboardInterrupt between
         # them): the chunk moves from the buffer to `_current` at once or not at all.
         self._current, self._current_start, self._current_pos = items, start - kept, 0
-        self._current_dense = dense
+        self._current_dense, self._serve = dense, serve
         self._taken_from = 0
         del self._buffer[0]
         if self._sync:
@@ -411,7 +414,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
             self._fill()
         return True
 
-    def __next__(self):
+    def _next_full(self):
         while True:
             cur = self._current
             pos = self._current_pos
@@ -431,6 +434,10 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 self._current_pos = pos
             if not self._next_chunk():
                 raise StopIteration
+
+    # Served before the thread guard while the current chunk is a list with no element to skip
+    # (``_serve`` is it then, else empty): fast_next.list_serving_next.
+    __next__ = list_serving_next("_serve", "_current_pos", _next_full)
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         while True:
