@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.random.bit_generator import ISpawnableSeedSequence
 
 from grain_core import global_config as _config
 from grain_core import shuffle_cipher as _cipher
@@ -51,10 +52,37 @@ def _check_sampler_seed(seed: Any) -> int | None:
     return int(seed)
 
 
+_M64 = (1 << 64) - 1
+
+
+class _PhiloxKey(ISpawnableSeedSequence):
+    """Gives ``Philox`` the 128-bit key ``key`` as its seed state, so ``Philox(_PhiloxKey(k))`` is
+    ``Philox(key=k)`` (counter 0, the same draws) without what ``Philox(key=k)`` also does: draw OS
+    entropy for a seed sequence it never uses, about half the cost of a generator per record.
+    ``spawn`` draws children from fresh entropy, as that unused seed sequence would."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int):
+        self.key = key
+
+    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> np.ndarray:
+        if n_words != 2 or np.dtype(dtype) != np.uint64:  # Philox asks for its key only
+            raise ValueError(
+                f"_PhiloxKey gives Philox's key (2 uint64 words), not {n_words} {dtype}"
+            )
+        return np.array((self.key & _M64, self.key >> 64), dtype=np.uint64)
+
+    def spawn(self, n_children: int) -> list[Any]:
+        return np.random.SeedSequence().spawn(n_children)
+
+
 def _position_rng(seed: int | None, index: int) -> np.random.Generator | None:
+    """A new ``np.random.Generator(np.random.Philox(key=seed + index))`` (None without a seed)."""
     if seed is None:
         return None
-    return np.random.Generator(np.random.Philox(key=seed + index))
+    # numpy's stubs name SeedSequence; Philox takes any ISeedSequence.
+    return np.random.Generator(np.random.Philox(_PhiloxKey(seed + index)))  # type: ignore[arg-type]
 
 
 class IndexSampler:
