@@ -1,0 +1,109 @@
+"""``to_iter_dataset``'s ``next()`` serves the current chunk before the thread guard
+(``fast_next.list_serving_next``) only while that chunk is a plain list with no element to skip;
+otherwise (filtered ``None`` elements, a chunk read element by element, a foreign sequence) it
+takes the guarded path. Elements, order and states are the same either way."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import grain_core as grain
+from grain_core.dataset.concurrency import ConcurrentIteratorUseError
+from grain_core.dataset.lazy_chunk import LazyChunk
+from grain_core.dataset.prefetch import PrefetchDatasetIterator
+
+OPTIONS = [
+    grain.ReadOptions(num_threads=0, prefetch_buffer_size=0),
+    grain.ReadOptions(),
+    grain.ReadOptions(num_threads=2, prefetch_buffer_size=7),
+]
+
+
+def _counted_full(monkeypatch):
+    """Counts the calls of the iterator's full (guarded) ``next()``."""
+    calls = []
+    full = PrefetchDatasetIterator._next_full
+
+    def counting(self):
+        calls.append(1)
+        return full(self)
+
+    monkeypatch.setattr(PrefetchDatasetIterator, "_next_full", counting)
+    # __next__ was built around the original function: rebuild it around the counting one.
+    from grain_core.dataset.fast_next import list_serving_next
+
+    monkeypatch.setattr(
+        PrefetchDatasetIterator, "__next__", list_serving_next("_serve", "_current_pos", counting)
+    )
+    return calls
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
+def test_a_dense_chunk_is_served_without_the_full_next(monkeypatch, options):
+    calls = _counted_full(monkeypatch)
+    it = iter(grain.MapDataset.range(1000).to_iter_dataset(options))
+    assert list(it) == list(range(1000))
+    # one full next() per chunk made current (and the one raising StopIteration), not per element
+    assert 1 <= len(calls) < 200
+    it.close()
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
+def test_chunks_with_skipped_elements_take_the_full_next_and_stay_exact(monkeypatch, options):
+    calls = _counted_full(monkeypatch)
+    ds = grain.MapDataset.range(600).filter(lambda x: x % 3 != 0).to_iter_dataset(options)
+    it = iter(ds)
+    head = [next(it) for _ in range(100)]
+    state = it.get_state()
+    rest = list(it)
+    assert head + rest == [x for x in range(600) if x % 3 != 0]
+    assert not it._serve  # a chunk with Nones is never served before the guard
+    assert len(calls) >= len(head) + len(rest)
+    it.set_state(state)
+    assert list(it) == rest
+    it.close()
+
+
+def test_nones_kept_by_allow_nones_are_served_in_place():
+    ds = grain.MapDataset.range(50).map(lambda x: None if x % 2 else x)
+    it = PrefetchDatasetIterator(ds, grain.ReadOptions(num_threads=0, prefetch_buffer_size=0), True)
+    assert list(it) == [None if x % 2 else x for x in range(50)]
+
+
+def test_states_between_fast_elements_are_exact():
+    ds = grain.MapDataset.range(300).to_iter_dataset()
+    it = iter(ds)
+    seen, states = [], []
+    for _ in range(150):
+        states.append(it.get_state())
+        seen.append(next(it))
+    for k in (0, 1, 37, 149):
+        again = iter(ds)
+        again.set_state(states[k])
+        assert next(again) == seen[k]
+        again.close()
+    it.close()
+
+
+def test_a_lazy_chunk_is_not_served_before_the_guard():
+    it = iter(grain.MapDataset.range(10).to_iter_dataset(grain.ReadOptions()))
+    assert next(it) == 0
+    lazy = LazyChunk(it._ds, 1, 10)
+    it._current, it._current_start, it._current_pos = lazy, 1, 0  # as the slow-element rule does
+    it._serve, it._current_dense, it._read_to = (), True, 10
+    assert not it._buffer
+    assert list(it) == list(range(1, 10))
+    it.close()
+
+
+def test_another_thread_inside_is_refused_with_elements_ready():
+    it = iter(grain.MapDataset.range(100).to_iter_dataset())
+    assert next(it) == 0
+    it._grain_owner = threading.get_ident() + 1  # as if another thread were inside
+    with pytest.raises(ConcurrentIteratorUseError, match="is inside this iterator"):
+        next(it)
+    it._grain_owner = None
+    assert list(it) == list(range(1, 100))
+    it.close()
