@@ -15,7 +15,7 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, give_back_inflight, mix_chunk
-from grain_core.dataset.concurrency import guarded, guarded_fast
+from grain_core.dataset.fast_next import list_serving_next
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.transforms import DatasetSelectionMap
 
@@ -292,22 +292,6 @@ class _MixedIterator(DatasetIterator):
         self._chunked = all(can_unread(p) for p in self._parents)
         self.can_unread = self._chunked  # chunks only from parents that can
 
-    @guarded_fast
-    def __next__(self):
-        # An element of the latest chunk before the guard: no call between the owner test and
-        # the store (grain_core.dataset.concurrency, "Fast paths"). (``_inflight`` is non-empty
-        # only after an interrupted read or give-back, which both leave the chunk all served.)
-        if self._grain_owner is None:
-            i = self._served
-            try:
-                x = self._read[i]
-            except IndexError:
-                pass
-            else:
-                self._served = i + 1
-                return x
-        return self._next_guarded()
-
     def _next_unguarded(self):
         i = self._served
         try:
@@ -317,7 +301,10 @@ class _MixedIterator(DatasetIterator):
         self._served = i + 1
         return x
 
-    _next_guarded = guarded(_next_unguarded, "__next__")
+    # An element of the latest chunk before the guard (fast_next.list_serving_next; ``_inflight``
+    # is non-empty only after an interrupted read or give-back, which both leave the chunk all
+    # served).
+    __next__ = list_serving_next("_read", "_served", _next_unguarded)
 
     def _next_slow(self):
         """``next()`` once the latest chunk is all served: gives back what an interrupted read
