@@ -283,6 +283,7 @@ class DataLoaderIterator:
         self._closed = False
         self._last_state: dict[str, Any] | None = None
         self._it: DatasetIterator | None = None
+        self._plain_it: Any = None  # _it once found to have no rollback marks (see __next__)
         self._remaining: Any = None  # dataloader_elastic.Remaining after a restore on another count
         self._read_from: Any = data_loader.data_source
         self._open()
@@ -325,7 +326,7 @@ class DataLoaderIterator:
     def _release(self) -> None:
         """Keeps the pipeline's last state, then closes it. Ctrl-C while the state is taken leaves
         everything open as it was (the next call releases again); any other error still closes."""
-        it = self._it
+        it, self._plain_it = self._it, None
         if it is None:
             self._exit_source()
             return
@@ -354,6 +355,10 @@ class DataLoaderIterator:
                 raise RuntimeError("This DataLoaderIterator was closed; call iter(loader) again.")
             raise StopIteration
         try:
+            if it is self._plain_it:  # what next_or_rollback does for it, without its frame
+                return it.__next__()
+            if not hasattr(it, "rollback_mark"):
+                self._plain_it = it
             return next_or_rollback(it)  # Ctrl-C here never loses an element
         except StopIteration:
             self._finished = True
