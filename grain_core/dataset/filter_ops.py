@@ -322,8 +322,7 @@ class _FilterIterator(OneParentIterator):
         """Moves the parent back over the elements of the latest chunk after the last one returned
         (after the first accepted one if none was), remembering their verdicts."""
         verdicts, kept, s, error = self._verdicts, self._kept, self._served, self._error
-        positions = list(itertools.compress(range(len(verdicts)), verdicts))
-        p = positions[s - 1] + 1 if s else (positions[0] if positions else len(verdicts))
+        p = _after_accepted(verdicts, s, len(kept))
         back = len(verdicts) - p + (error is not None)
         if not back:
             return
@@ -384,6 +383,21 @@ class _FilterIterator(OneParentIterator):
     def _count_one(self, keep: bool) -> None:
         """Counts one element tested by ``_next_one`` (see ``_count_fresh``)."""
         self._check.record(0 if keep else 1, 1, self._options)
+
+
+def _after_accepted(verdicts: list[Any], s: int, accepted: int) -> int:
+    """The index after the ``s``-th true one of ``verdicts`` (``accepted`` of them are true), or
+    with ``s == 0`` the index of the first true one (``len(verdicts)`` if none). Counted in C
+    from the nearer end: a state taken at a chunk's end (a batch spanning two chunks) costs the
+    elements after its last accepted one, not the whole chunk."""
+    n = len(verdicts)
+    if not s:
+        return next(itertools.compress(range(n), verdicts), n)
+    after = accepted - s  # true verdicts after the s-th one
+    if after < s:
+        backwards = itertools.compress(range(n - 1, -1, -1), reversed(verdicts))
+        return next(itertools.islice(backwards, after, None)) + 1
+    return next(itertools.islice(itertools.compress(range(n), verdicts), s - 1, None)) + 1
 
 
 def _replayed_verdicts(chunk: list[Any], replay: list[Any], fn: Any, out: list[Any]) -> None:
