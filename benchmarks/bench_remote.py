@@ -38,8 +38,8 @@ Rows (each with its rate as a share of the ``local`` row's, measured first in th
     counts), then the local reader reads them.
 
 Coalescing flatters the ``remote`` rows: these files are small (4 x 8 MiB), so a call of 1,024
-shuffled indices finds neighbours within ``remote.MAX_GAP`` (64 KiB) for most records and makes
-about one request per 7 records (reading the holes between them: the ``KiB/rec`` column); over a
+shuffled indices finds neighbours within ``remote.MAX_GAP`` (48 KiB) for most records and makes
+about one request per 4 records (reading the holes between them: the ``KiB/rec`` column); over a
 large dataset a shuffled call makes one request per record, so its rate is bounded by the
 ``requests`` row.
 

@@ -49,7 +49,7 @@ CONCURRENCY = 128
 #: Coalescing: a hole between two wanted chunks is read when reading it costs less than another
 #: request would (the CPU of client and server per request against per byte read; see
 #: docs/sources.md, "Where the time goes", for how it was measured).
-MAX_GAP = 64 << 10
+MAX_GAP = 48 << 10
 MAX_REQUEST = 1 << 20
 MAX_INFLIGHT = 64 << 20
 #: ``ArrayRecordDataSource.bulk_read_size`` over remote files: a shuffled call this large costs
