@@ -323,6 +323,7 @@ def decode_singles(
     crossing = []
     hh, key, unpack = _hh_lib.HighwayHash64, _HH_KEY, _HEADER.unpack_from
     ptr = _hh_ffi.from_buffer("uint8_t[]", data)
+    at_hashed, at_body = ptr + 8, ptr + CHUNK_HEADER_SIZE  # a chunk's hashed header, its data
     view = memoryview(data)
     unzstd = _zstd_decompressor().decompress
     for k, (b, e) in enumerate(zip(begins, ends)):
@@ -337,7 +338,7 @@ def decode_singles(
         stop = body + size
         if kind != _ONE_SIMPLE or stop > end or size < 3:
             continue
-        if hh(ptr + off + 8, 32, key) != header_hash or hh(ptr + body, size, key) != data_hash:
+        if hh(at_hashed + off, 32, key) != header_hash or hh(at_body + off, size, key) != data_hash:
             continue
         compression, sizes_len = data[body], data[body + 1]
         pos = body + 2 + sizes_len
