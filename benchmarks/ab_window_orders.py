@@ -73,13 +73,15 @@ def _threaded(pool: ThreadPoolExecutor, shipped):
     return order
 
 
-def _native_walk(tmp: str):
-    """``cipher._walk_tables`` computed by ``native/window_order.c``, compiled into ``tmp``."""
+def _native_walk():
+    """``cipher._walk_tables`` computed by ``native/window_order.c``, compiled into a temporary
+    folder that is removed as soon as the library is loaded (nothing is left if the run is killed)."""
     source = Path(__file__).resolve().parent / "native" / "window_order.c"
-    lib_path = os.path.join(tmp, "window_order.so")
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", lib_path, str(source)], check=True, timeout=120)
-    lib = ctypes.CDLL(lib_path)
+    with tempfile.TemporaryDirectory(prefix="ab-window-orders-") as tmp:
+        lib_path = os.path.join(tmp, "window_order.so")
+        subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", lib_path, str(source)], check=True, timeout=120)
+        lib = ctypes.CDLL(lib_path)
     lib.window_order.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     lib.window_order.restype = None
     work = np.empty(4 << 16, np.uint8)
@@ -125,12 +127,10 @@ def main() -> None:
     }
     pool = ThreadPoolExecutor(1, thread_name_prefix="ab-window-orders")
     threaded = _threaded(pool, shipped)
-    tmp = tempfile.TemporaryDirectory(prefix="ab-window-orders-")
     numpy_walk = cipher._walk_tables
     try:
-        native_walk = _native_walk(tmp.name) if args.native else None
+        native_walk = _native_walk() if args.native else None
     except BaseException:
-        tmp.cleanup()
         pool.shutdown()
         raise
     if native_walk is not None:
@@ -155,7 +155,6 @@ def main() -> None:
     finally:
         it_class._order = shipped
         pool.shutdown(wait=True)  # a batch still computing ends within milliseconds
-        tmp.cleanup()
     tag = "default options" if args.default_options else "threads=0 buffer=0"
     for k, v in shares.items():
         print(f"{tag}: {k}: median {statistics.median(v):.0%} of the floor")
