@@ -52,6 +52,20 @@ def _pool_ceiling() -> int:
     return 30_000
 
 
+def _cpu_bound_loader(lib):
+    """The same 30,000 maps through the ``DataLoader`` with 2 workers, at Grain's default buffer
+    (``worker_buffer_size=1``) and default read options: an unshuffled ``IndexSampler`` over
+    ``range(30_000)`` and one ``Map`` operation (``dataloader_cpu.HeavyMap``)."""
+    from dataloader_cpu import HeavyMap
+
+    sampler = lib.IndexSampler(
+        num_records=30_000, shard_options=lib.NoSharding(), shuffle=False, num_epochs=1
+    )
+    return lib.DataLoader(
+        data_source=range(30_000), sampler=sampler, operations=[HeavyMap()], worker_count=2
+    )
+
+
 def _ours_in_process(_lib):
     import grain_core
 
@@ -108,6 +122,12 @@ WORKLOADS = [
         lambda lib: _cpu_bound(lib, 2),
         build_theirs=_ours_in_process,
         target=1.7,
+        references={"multiprocessing.Pool(2), same map, no pipeline": _pool_ceiling},
+    ),
+    Workload(
+        "CPU-bound map: DataLoader workers=2 (ours only)",
+        _cpu_bound_loader,
+        compare=False,
         references={"multiprocessing.Pool(2), same map, no pipeline": _pool_ceiling},
     ),
     Workload(
