@@ -3,9 +3,10 @@
 fsspec's HTTP filesystem runs every range request through aiohttp on its event loop thread, about
 0.2 ms of client CPU per request; a shuffled read of small records makes one request per few
 records, so that cost bounds the rate. :func:`read_ranges` sends the same ``GET`` with a ``Range``
-header over non-blocking sockets watched by one ``selectors`` loop in the calling thread, keeps the
-connections open between calls (a bounded per-process pool), and parses only what a range answer
-needs (status, ``Content-Length``, ``Content-Range``, ``Connection``).
+header over non-blocking sockets watched by one loop in the calling thread (``select.epoll``
+where there is one, else ``selectors``), keeps the connections open between calls (a bounded
+per-process pool), and parses only what a range answer needs (status, ``Content-Length``,
+``Content-Range``, ``Connection``).
 
 It is used only where it changes nothing but the cost (:func:`usable`): fsspec's
 ``HTTPFileSystem`` made without options (no headers, auth or client arguments, which this client
