@@ -207,7 +207,7 @@ def _die_with_parent(consumer_pid: int, prefix: str) -> None:
     the consumer) dies (``PR_SET_PDEATHSIG``); a watchdog thread checks the consumer's pid too."""
 
     def on_term(signum: int, frame: Any) -> None:
-        shm.sweep(prefix)
+        shm.sweep_shm(prefix)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -223,7 +223,7 @@ def _die_with_parent(consumer_pid: int, prefix: str) -> None:
     def watch() -> None:
         while _alive(consumer_pid):
             time.sleep(_WATCHDOG_SECONDS)
-        shm.sweep(prefix)
+        shm.sweep_shm(prefix)
         os._exit(0)
 
     threading.Thread(target=watch, name="grain_core-mp-watchdog", daemon=True).start()
@@ -269,7 +269,7 @@ def worker_main(boot: Boot) -> None:
         pass  # the consumer went away
     finally:
         endpoint.close()
-        shm.sweep(boot.prefix)
+        shm.sweep_shm(boot.prefix)
         for c in (boot.conn, boot.credits):
             try:
                 c.close()

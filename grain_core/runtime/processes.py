@@ -20,11 +20,11 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   as one pickle of the element list per message (not one per element), with their numpy buffers
   in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
   consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
-  the segment. When ``/dev/shm`` has too little room (:func:`grain_core.runtime.shm.min_free_bytes`)
+  the segment. When ``/dev/shm`` has too little room (:func:`grain_core.runtime.shm.shm_min_free_bytes`)
   elements are pickled through the pipe instead, with a warning saying how to enlarge ``/dev/shm``.
 * Nothing outlives the job: the consumer unlinks a segment's name as soon as it has opened it (both
   sides then hold it; the memory goes when both are gone); segment names carry the consumer's pid
-  and starting a pool unlinks those of dead consumers (:func:`grain_core.runtime.shm.reclaim_stale`).
+  and starting a pool unlinks those of dead consumers (:func:`grain_core.runtime.shm.reclaim_stale_shm`).
   Workers die with their consumer: a parent-death signal (Linux ``prctl``) and a watchdog thread
   that checks the consumer's pid. ``close()``, garbage collection and interpreter exit stop them.
 * Every wait on a pipe, socket or worker sentinel goes through :mod:`grain_core.runtime.waiting`
@@ -151,7 +151,7 @@ class ProcessPool:
     """Worker processes, their pipes and the consumer's I/O thread; see the module docstring."""
 
     def __init__(self, runtime: ProcessRuntime, job: WorkerJob):
-        self.prefix = shm.new_prefix()
+        self.prefix = shm.new_shm_prefix()
         self.channels: list[_ProcessChannel] = []
         self._reader = shm.MessageReader()
         self._closed = False
@@ -169,10 +169,10 @@ class ProcessPool:
         self._ready_poller = Poller()  # the consumer's thread waits on it (wait_ready)
         self._ready_poller.register(self._ready_r)
         self._warned = False
-        use_shm = shm.AVAILABLE  # no POSIX shared memory (Windows): pickled through the pipes
+        use_shm = shm.SHM_AVAILABLE  # no POSIX shared memory (Windows): pickled through the pipes
         if use_shm:
-            shm.reclaim_stale()
-        min_free = shm.min_free_bytes()
+            shm.reclaim_stale_shm()
+        min_free = shm.shm_min_free_bytes()
         free = shm.free_bytes() if use_shm else None
         if free is not None and free < 2 * min_free:
             use_shm = False
@@ -441,7 +441,7 @@ class ProcessPool:
             except Exception:
                 pass
         self._reader.close()
-        shm.sweep(self.prefix)
+        shm.sweep_shm(self.prefix)
         for sock in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
             try:
                 sock.close()

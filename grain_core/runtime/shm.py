@@ -17,17 +17,23 @@ Contract:
 * The reader unlinks a segment's name as soon as it has opened it (both sides then hold it; the
   memory goes when both are gone, however they end) and keeps the descriptor to follow a grown
   segment. Segment names start with a per-iterator prefix holding the consumer's pid
-  (:func:`new_prefix`); :func:`sweep` unlinks every segment with a prefix (a closed iterator, an
-  exiting worker), and :func:`reclaim_stale` those whose consumer no longer runs (a job killed
-  before the consumer opened them). :meth:`MessageReader.close` unmaps the consumer's mappings.
+  (:func:`new_shm_prefix`); :func:`sweep_shm` unlinks every segment with a prefix (a closed
+  iterator, an exiting worker), and :func:`reclaim_stale_shm` those whose consumer no longer runs
+  (a job killed before the consumer opened them). :meth:`MessageReader.close` unmaps the consumer's mappings.
 * Before a segment is created or grown, the writer checks that ``/dev/shm`` keeps
-  :func:`min_free_bytes` free, else raises :class:`ShmFullError` (nothing changed) so that the
+  :func:`shm_min_free_bytes` free, else raises :class:`ShmFullError` (nothing changed) so that the
   caller sends the elements another way. The pages a message is written to are allocated first
   (``posix_fallocate``), so when other processes (the other workers) took the room meanwhile, that
   is the same :class:`ShmFullError`, never a ``SIGBUS`` while writing.
 
 Segments are created and unlinked with ``_posixshmem`` directly (what ``multiprocessing.shared_memory``
 uses underneath) so no ``resource_tracker`` process is started and nothing is registered twice.
+
+A runtime plugin whose workers share this host with the consumer (e.g. grain-plugin-ray's actors on
+the consumer's node) moves elements the same way, under the same rules, through these names as
+``grain_core.author`` re-exports them (``MessageWriter``, ``MessageReader``, ``ShmFullError``,
+``new_shm_prefix``, ``sweep_shm``, ``reclaim_stale_shm``, ``shm_min_free_bytes``,
+``SHM_AVAILABLE``; see docs/writing-plugins.md, "Shared memory for a runtime").
 """
 
 from __future__ import annotations
@@ -51,19 +57,20 @@ except ImportError:  # pragma: no cover  (Windows)
 
 #: Whether this platform has POSIX shared memory (``shm_open``); without it ``mp_prefetch`` sends
 #: elements pickled through its pipes.
-AVAILABLE = _posixshmem is not None
+SHM_AVAILABLE = _posixshmem is not None
 
 __all__ = [
     "INBAND_LIMIT",
+    "SHM_AVAILABLE",
     "MessageReader",
     "MessageWriter",
     "discard",
     "ShmFullError",
     "free_bytes",
-    "min_free_bytes",
-    "new_prefix",
-    "reclaim_stale",
-    "sweep",
+    "shm_min_free_bytes",
+    "new_shm_prefix",
+    "reclaim_stale_shm",
+    "sweep_shm",
 ]
 
 INBAND_LIMIT = 1024
@@ -77,13 +84,13 @@ _NAME_RE = re.compile(r"^gcrt(\d+)x[0-9a-f]+")
 
 
 class ShmFullError(OSError):
-    """``/dev/shm`` has too little free space for a segment (see :func:`min_free_bytes`)."""
+    """``/dev/shm`` has too little free space for a segment (see :func:`shm_min_free_bytes`)."""
 
 # (segment name or None, pickled elements, per element a tuple of (offset, nbytes) per buffer)
 Message = tuple[str | None, list[bytes], list[tuple[tuple[int, int], ...]]]
 
 
-def new_prefix() -> str:
+def new_shm_prefix() -> str:
     """A segment-name prefix unique to this process and call."""
     return f"gcrt{os.getpid()}x{secrets.token_hex(4)}"
 
@@ -369,7 +376,7 @@ def free_bytes() -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def min_free_bytes() -> int:
+def shm_min_free_bytes() -> int:
     """Bytes that must stay free in ``/dev/shm`` after a segment is sized: ``GRAIN_CORE_SHM_MIN_FREE_MB``
     MiB (default 16). Below it elements travel pickled through the pipe instead."""
     raw = os.environ.get(MIN_FREE_ENV, "")
@@ -380,7 +387,7 @@ def min_free_bytes() -> int:
     return int(max(0.0, mib) * (1 << 20))
 
 
-def reclaim_stale() -> int:
+def reclaim_stale_shm() -> int:
     """Unlinks segments of this user whose creating process (the pid in the name) is gone: what a
     job killed before both sides had opened a segment left behind. Returns how many."""
     n = 0
@@ -411,7 +418,7 @@ def reclaim_stale() -> int:
     return n
 
 
-def sweep(prefix: str) -> int:
+def sweep_shm(prefix: str) -> int:
     """Unlinks every segment whose name starts with ``prefix``; returns how many there were."""
     n = 0
     for path in glob.glob(os.path.join(_SHM_DIR, glob.escape(prefix) + "*")):
@@ -421,24 +428,3 @@ def sweep(prefix: str) -> int:
         except FileNotFoundError:
             pass
     return n
-
-
-# --- the plugin-author names (re-exported by ``grain_core.author``) ----------------------------------
-# A runtime plugin whose workers share this host with the consumer (e.g. grain-plugin-ray's actors on
-# the consumer's node) moves elements the way ``mp_prefetch`` does, under the same rules (see the
-# module docstring and docs/writing-plugins.md, "Shared memory for a runtime"): the consumer makes a
-# prefix with ``new_shm_prefix()`` and hands it to the worker; the worker writes each message with a
-# ``MessageWriter(prefix, shm_min_free_bytes())`` and releases a message's segment once the consumer
-# has read it; the consumer reads with one ``MessageReader`` (copies out, unlinks each name it
-# opens) and, once the workers are gone, calls ``sweep_shm(prefix)``.
-
-#: Whether this platform has POSIX shared memory (``AVAILABLE``).
-SHM_AVAILABLE = AVAILABLE
-#: :func:`new_prefix`: a segment-name prefix holding this (the consumer's) pid.
-new_shm_prefix = new_prefix
-#: :func:`sweep`: unlinks every segment whose name starts with a prefix.
-sweep_shm = sweep
-#: :func:`reclaim_stale`: unlinks segments whose consumer no longer runs.
-reclaim_stale_shm = reclaim_stale
-#: :func:`min_free_bytes`: bytes a writer leaves free in ``/dev/shm`` (``GRAIN_CORE_SHM_MIN_FREE_MB``).
-shm_min_free_bytes = min_free_bytes

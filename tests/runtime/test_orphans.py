@@ -100,7 +100,7 @@ def test_the_whole_job_killed_leaves_no_process_and_no_segment(sig):
             # Nobody could clean up: the consumer unlinked every segment it had opened; one a
             # worker created in the last instant is named after the dead consumer and reclaimed by
             # the next start of an mp_prefetch iterator on this machine (here: called directly).
-            shm.reclaim_stale()
+            shm.reclaim_stale_shm()
         assert _segments(info["pid"]) == []
     finally:
         _kill_all(info)

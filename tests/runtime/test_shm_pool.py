@@ -21,7 +21,7 @@ def _message(writer, values, size):
 
 
 def test_writer_reuses_a_released_segment_and_copies_never_alias_it():
-    prefix = shm.new_prefix()
+    prefix = shm.new_shm_prefix()
     writer, reader = shm.MessageWriter(prefix), shm.MessageReader()
     try:
         first = _message(writer, [1, 2], 1000)
@@ -46,11 +46,11 @@ def test_writer_reuses_a_released_segment_and_copies_never_alias_it():
         writer.close()
         reader.close()
     assert our_segments() == []
-    assert shm.sweep(prefix) == 0
+    assert shm.sweep_shm(prefix) == 0
 
 
 def test_segments_grow_and_shrink_and_the_reader_follows():
-    prefix = shm.new_prefix()
+    prefix = shm.new_shm_prefix()
     writer, reader = shm.MessageWriter(prefix), shm.MessageReader()
     try:
         for size in (200, 300_000, 2_000_000, 200, 1_500_000, 300):
@@ -69,7 +69,7 @@ def test_segments_grow_and_shrink_and_the_reader_follows():
 
 
 def test_small_elements_need_no_segment():
-    prefix = shm.new_prefix()
+    prefix = shm.new_shm_prefix()
     writer, reader = shm.MessageWriter(prefix), shm.MessageReader()
     try:
         writer.add({"x": np.arange(3)})
