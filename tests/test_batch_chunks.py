@@ -78,8 +78,8 @@ def test_a_synchronous_chunk_of_batches_reads_at_most_the_element_cap():
     ds = grain.MapDataset.range(10**6).batch(32)
     it = iter(ds.to_iter_dataset(options))
     assert isinstance(it, prefetch.PrefetchDatasetIterator)
-    assert it._chunk_limit(False) == prefetch._MAX_SYNC_CHUNK // 32
+    assert it._sizes.limit(False) == prefetch._MAX_SYNC_CHUNK // 32
     plain = iter(grain.MapDataset.range(10**6).to_iter_dataset(options))
-    assert plain._chunk_limit(False) == prefetch._MAX_SYNC_CHUNK
+    assert plain._sizes.limit(False) == prefetch._MAX_SYNC_CHUNK
     # Chunking changes how work is split, never the batches.
     assert [b.tolist() for b in it][:2] == [list(range(32)), list(range(32, 64))]

@@ -32,7 +32,7 @@ def test_large_elements_are_read_ahead_up_to_the_byte_bound():
         first = next(it)
         assert first[0] == 0
         expected = prefetch.READ_AHEAD_BYTES // (4 * MIB)
-        assert it._budget() == expected < 100
+        assert it._sizes.budget() == expected < 100
         it.start_prefetch()  # read ahead at once: fill up to the bound
         assert _in_flight(it) <= expected
         got, most = [], 0
@@ -50,7 +50,7 @@ def test_the_bound_never_leaves_a_thread_without_an_element():
     it = _iterator(prefetch.READ_AHEAD_BYTES, threads=3, buffer=100)
     try:
         next(it)
-        assert it._budget() == 3
+        assert it._sizes.budget() == 3
     finally:
         it.close()
 
@@ -59,6 +59,6 @@ def test_small_elements_keep_the_element_count_buffer():
     it = _iterator(64, threads=2, buffer=100)
     try:
         next(it)
-        assert it._budget() == 100
+        assert it._sizes.budget() == 100
     finally:
         it.close()

@@ -1,7 +1,7 @@
 """How ``to_iter_dataset`` without threads sizes the chunks it reads when asked for
-(``PrefetchDatasetIterator._adapt_sync``), driven with modelled read times (no clock): a CPU-bound
-map keeps its chunks short, so the caller never waits long for one element; a source with a fixed
-cost per call (a reader's or a remote round trip's) gets its indices in bulk."""
+(``ChunkSizes.adapt_sync``, owned by the iterator), driven with modelled read times (no clock):
+a CPU-bound map keeps its chunks short, so the caller never waits long for one element; a source
+with a fixed cost per call (a reader's or a remote round trip's) gets its indices in bulk."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ def _run(model, steps=300):
     it = _reader()
     sizes = []
     for _ in range(steps):
-        n = it._sync_chunk
+        n = it._sizes.sync_chunk
         sizes.append(n)
-        it._adapt_sync(model(n), n)
+        it._sizes.adapt_sync(model(n), n)
     return sizes
 
 

@@ -1,7 +1,8 @@
-"""How ``to_iter_dataset`` sizes its chunks from how long recent ones took (``ChunkSizes``, a base
-of ``prefetch.PrefetchDatasetIterator``): chunks read when asked for (``_adapt_sync``) and chunks
-the thread pool reads ahead (``_adapt``). Sizes change how work is split, never which elements come
-out, in what order, or the state (see the ``prefetch`` module docstring)."""
+"""How ``to_iter_dataset`` sizes its chunks from how long recent ones took (``ChunkSizes``, the
+chunk-size state a ``prefetch.PrefetchDatasetIterator`` owns): chunks read when asked for
+(``adapt_sync``) and chunks the thread pool reads ahead (``adapt``). Sizes change how work is
+split, never which elements come out, in what order, or the state (see the ``prefetch`` module
+docstring)."""
 
 from __future__ import annotations
 
@@ -23,45 +24,53 @@ _SLOW_MIN_SECONDS = 0.25  # a head chunk this late (at least) is read by the cal
 
 
 class ChunkSizes:
-    """The chunk-size rules of ``PrefetchDatasetIterator``, which holds the attributes below."""
+    """The chunk sizes of one ``PrefetchDatasetIterator`` (which owns it) and the rules that change
+    them: what the iterator measures goes in (``elem_bytes``, ``floor``, ``fan_in``, the
+    ``adapt*`` calls), the next chunks' sizes and limits come out."""
 
-    _sync: bool  # no read-ahead (no threads or no buffer)
-    _read_options: ReadOptions
-    _floor: int  # a bulk source's floor (bulk_reads)
-    _chunk: int  # elements of the next chunk read ahead by the pool
-    _sync_chunk: int  # elements of the next chunk read when asked for
-    _sync_cost: dict[int, float]  # seconds per element of the last chunk read when asked for, by size
-    _pool_cost: dict[int, float]  # ... and of the last pool chunk
-    _typical_seconds: float  # how long a chunk recently took
-    _elem_bytes: int  # bytes of a recent element (0: unknown)
-    _fan_in: int  # source elements one element reads at most (chunking.source_fan_in)
+    def __init__(self, read_options: ReadOptions, sync: bool):
+        self.read_options = read_options
+        self.sync = sync  # no read-ahead (no threads or no buffer)
+        self.fan_in = 1  # source elements one element reads at most (chunking.source_fan_in)
+        self.elem_bytes = 0  # bytes of a recent element (0: unknown)
+        self.floor = 0  # a bulk source's floor (bulk_reads)
+        self.typical_seconds = 0.0  # how long a chunk recently took
+        self.reset()
 
-    def _chunk_limit(self, ahead: bool, asked: bool = False) -> int:
+    def reset(self) -> None:
+        """Sizes restart at one element (a (re)start, see the ``prefetch`` docstring)."""
+        self.chunk = 1  # elements of the next chunk read ahead by the pool
+        self.sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
+        # Seconds per element of the last chunk read when asked for, at each size (adapt_sync) ...
+        self.sync_cost: dict[int, float] = {}
+        self.pool_cost: dict[int, float] = {}  # ... and of the last pool chunk (adapt)
+
+    def limit(self, ahead: bool, asked: bool = False) -> int:
         """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
         ``_MAX_CHUNK``), about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when
         asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming).
         ``asked``: a chunk the caller reads for the elements a ``next_chunk(n)`` asks for (see
         ``next_chunk``): ``_MAX_SYNC_CHUNK // source_fan_in`` and ``CHUNK_BYTES`` only."""
-        sync = self._sync or asked
-        limit = max(1, _MAX_SYNC_CHUNK // self._fan_in) if sync else _MAX_CHUNK
-        if self._elem_bytes:
-            limit = min(limit, max(1, CHUNK_BYTES // self._elem_bytes))
+        sync = self.sync or asked
+        limit = max(1, _MAX_SYNC_CHUNK // self.fan_in) if sync else _MAX_CHUNK
+        if self.elem_bytes:
+            limit = min(limit, max(1, CHUNK_BYTES // self.elem_bytes))
         if not sync:
-            budget = self._budget()
+            budget = self.budget()
             limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
 
-    def _budget(self) -> int:
+    def budget(self) -> int:
         """The most elements in flight with threads: ``prefetch_buffer_size``, or fewer once an
         element's size is known, about ``READ_AHEAD_BYTES`` (at least ``num_threads``); and at
         least three calls of a bulk source's floor: one consumed, two in flight (bulk_reads)."""
-        size = self._read_options.prefetch_buffer_size
-        if self._elem_bytes:
-            by_bytes = max(self._read_options.num_threads, READ_AHEAD_BYTES // self._elem_bytes)
+        size = self.read_options.prefetch_buffer_size
+        if self.elem_bytes:
+            by_bytes = max(self.read_options.num_threads, READ_AHEAD_BYTES // self.elem_bytes)
             size = min(size, by_bytes)
-        return max(size, 3 * self._floor)
+        return max(size, 3 * self.floor)
 
-    def _adapt_sync(self, seconds: float, elements: int) -> None:
+    def adapt_sync(self, seconds: float, elements: int) -> None:
         """Resizes chunks read when asked for from the last one (``elements`` read in ``seconds``).
 
         Doubling while one takes under ``_SYNC_GROW_SECONDS``; past that, a size whose double was
@@ -73,22 +82,22 @@ class ChunkSizes:
         unless doubling gained (or was never tried): a high-latency source (remote reads) gets
         indices in bulk. Trying or gaining grows a chunk only while one takes under
         ``_SLOW_MIN_SECONDS`` (a CPU-bound map's chunks settle near ``_MAX_CHUNK_SECONDS``)."""
-        limit = self._chunk_limit(False)
-        longest = _MAX_CHUNK_SECONDS if self._sync else 4 * _SYNC_GROW_SECONDS
+        limit = self.limit(False)
+        longest = _MAX_CHUNK_SECONDS if self.sync else 4 * _SYNC_GROW_SECONDS
         cost = seconds / max(elements, 1)
-        self._sync_cost[elements] = cost
-        half = self._sync_cost.get(elements // 2)
+        self.sync_cost[elements] = cost
+        half = self.sync_cost.get(elements // 2)
         gained = half is not None and cost <= _SYNC_GAIN * half
-        explore = 2 * elements not in self._sync_cost
+        explore = 2 * elements not in self.sync_cost
         if seconds < _SYNC_GROW_SECONDS or ((gained or explore) and seconds < _SLOW_MIN_SECONDS):
-            self._sync_chunk = min(self._sync_chunk * 2, limit)
+            self.sync_chunk = min(self.sync_chunk * 2, limit)
         elif seconds > longest:
-            self._sync_chunk = max(1, min(self._sync_chunk // 2, limit))
+            self.sync_chunk = max(1, min(self.sync_chunk // 2, limit))
         else:
-            self._sync_chunk = min(self._sync_chunk, limit)
-        self._sync_chunk = max(self._sync_chunk, min(self._floor, limit))  # a bulk source's floor
+            self.sync_chunk = min(self.sync_chunk, limit)
+        self.sync_chunk = max(self.sync_chunk, min(self.floor, limit))  # a bulk source's floor
 
-    def _adapt(self, seconds: float, pool_seconds: float, elements: int) -> None:
+    def adapt(self, seconds: float, pool_seconds: float, elements: int) -> None:
         """Resizes pool chunks from how long the last one (``elements`` elements) took on its own
         (``seconds``) and what it cost the thread pool (``pool_seconds``: at most the time since
         the chunk before it was done).
@@ -100,23 +109,23 @@ class ChunkSizes:
         cost per call (ArrayRecord) get calls as large as one thread's share of the buffer. Chunks
         whose cost per element fell to ``_SYNC_GAIN`` or less of the half size's (a high-latency
         source, e.g. a remote reader) keep doubling up to the chunk limit, and do not halve."""
-        limit = self._chunk_limit(True)
-        self._typical_seconds = seconds
-        budget = self._read_options.prefetch_buffer_size
+        limit = self.limit(True)
+        self.typical_seconds = seconds
+        budget = self.read_options.prefetch_buffer_size
         cost = seconds / max(elements, 1)
-        self._pool_cost[elements] = cost
-        smaller = [k for k in self._pool_cost if elements // 2 <= k < elements]  # <= limit keys
-        half = self._pool_cost[max(smaller)] if smaller else None
+        self.pool_cost[elements] = cost
+        smaller = [k for k in self.pool_cost if elements // 2 <= k < elements]  # <= limit keys
+        half = self.pool_cost[max(smaller)] if smaller else None
         gained = half is not None and cost <= _SYNC_GAIN * half
         if seconds < _MIN_CHUNK_SECONDS:
-            self._chunk = min(self._chunk * 2, limit)
+            self.chunk = min(self.chunk * 2, limit)
         elif pool_seconds < _POOL_GROW_SECONDS:
-            per_thread = min(limit, budget // max(self._read_options.num_threads, 1))
-            self._chunk = min(self._chunk * 2, max(self._chunk, per_thread), limit)
-        elif gained and elements >= self._chunk:
-            self._chunk = min(self._chunk * 2, limit)
+            per_thread = min(limit, budget // max(self.read_options.num_threads, 1))
+            self.chunk = min(self.chunk * 2, max(self.chunk, per_thread), limit)
+        elif gained and elements >= self.chunk:
+            self.chunk = min(self.chunk * 2, limit)
         elif pool_seconds > _MAX_CHUNK_SECONDS and not gained:
-            self._chunk = max(1, self._chunk // 2)
+            self.chunk = max(1, self.chunk // 2)
         else:
-            self._chunk = min(self._chunk, limit)
-        self._chunk = max(self._chunk, min(self._floor, limit))  # a bulk source's floor
+            self.chunk = min(self.chunk, limit)
+        self.chunk = max(self.chunk, min(self.floor, limit))  # a bulk source's floor

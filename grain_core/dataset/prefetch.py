@@ -10,7 +10,7 @@ nothing is read ahead in the background: the caller reads synchronous chunks its
 elements after a (re)start (the first element comes at once), doubling while a chunk takes under
 ``_SYNC_GROW_SECONDS``, and on while a chunk twice as large costs each element at most
 ``_SYNC_GAIN`` of what it cost before (a source with a high cost per call, such as ArrayRecord's
-reader or a remote source's round trip; see ``_adapt_sync`` in ``chunk_sizes``), up to
+reader or a remote source's round trip; see ``ChunkSizes.adapt_sync`` in ``chunk_sizes``), up to
 ``_MAX_SYNC_CHUNK`` and about ``CHUNK_BYTES`` bytes.
 
 A ``next_chunk(n)`` call whose next chunk the caller reads itself (without threads, or while the
@@ -82,7 +82,7 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.bulk_reads import bulk_floor, declared_bulk_size
-from grain_core.dataset.chunk_sizes import (  # noqa: F401 (_MAX_SYNC_CHUNK, READ_AHEAD_BYTES: tests)
+from grain_core.dataset.chunk_sizes import (  # noqa: F401 (READ_AHEAD_BYTES: tests)
     _MAX_CHUNK,
     _MAX_SYNC_CHUNK,
     _SLOW_MIN_SECONDS,
@@ -109,11 +109,11 @@ from grain_core.validation import check_instance
 
 _SLOW_FACTOR = 20  # a head chunk is read element-wise this many times a recent chunk's time late
 _RESTORE_INLINE_SECONDS = 0.005  # after set_state the caller reads chunks itself this long
-#: Reading ahead is measured (read_policy) only while this many buffers' worth (``_budget``) or
-#: more are left to read, or reads wait (the ``read_threads`` verdict: I/O, which reading ahead
-#: always hides): measuring it reads about three buffers' worth in the pool, so in a shorter run
-#: of CPU-bound reads (which threads speed up only where they release the GIL) it would be most
-#: of what is left, and could not pay for itself.
+#: Reading ahead is measured (read_policy) only while this many buffers' worth
+#: (``ChunkSizes.budget``) or more are left to read, or reads wait (the ``read_threads`` verdict:
+#: I/O, which reading ahead always hides): measuring it reads about three buffers' worth in the
+#: pool, so in a shorter run of CPU-bound reads (which threads speed up only where they release
+#: the GIL) it would be most of what is left, and could not pay for itself.
 EXPLORE_LEFT = 8
 
 
@@ -146,7 +146,7 @@ class PrefetchIterDataset(IterDataset):
         return it
 
 
-class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
+class PrefetchDatasetIterator(DatasetIterator):
     """Iterates a ``MapDataset`` in index order. Its state is the next index to read.
 
     Created inside :func:`grain_core.dataset.sharing.worker_share` (an ``mp_prefetch`` worker), it
@@ -161,8 +161,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         # No background read-ahead without threads or without a buffer: synchronous chunks.
         self._sync = not (read_options.num_threads and read_options.prefetch_buffer_size)
         self._filter_check = FilterRatioCheck("to_iter_dataset")
-        self._elem_bytes = self._floor = 0  # bytes of a recent element (0: unknown); bulk_reads
-        self._typical_seconds = 0.0  # how long a chunk recently took
+        self._sizes = ChunkSizes(read_options, self._sync)  # chunk sizes and limits
         # With threads: whether the pool reads ahead or only the chunk asked for (see
         # read_policy). A private hook: tests replace it with a policy of scripted decisions.
         self._policy = ReadModePolicy()
@@ -181,18 +180,14 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         self._ds = ds
         self._built = ds if built is None else built  # ds unless switched to Grain's data
         self._len, self._bulk = len(ds), declared_bulk_size(ds)
-        self._fingerprint, self._fan_in = map_fingerprint(ds), source_fan_in(ds)
+        self._fingerprint, self._sizes.fan_in = map_fingerprint(ds), source_fan_in(ds)
         self._stages = stage_descriptions(ds)
         self._next_index = 0
         self._reset_buffer()
 
     def _reset_buffer(self) -> None:
         """Forgets everything read ahead and restarts cold at ``_next_index`` (see the docstring)."""
-        self._chunk = 1  # elements of the next chunk read ahead by the pool
-        self._sync_chunk = 1  # elements of the next chunk read when asked for (no read-ahead)
-        # Seconds per element of the last synchronous chunk read at each size (for _adapt_sync).
-        self._sync_cost: dict[int, float] = {}
-        self._pool_cost: dict[int, float] = {}  # ... and of the last pool chunk (for _adapt)
+        self._sizes.reset()
         self._step_from: float | None = None  # when the current chunk was made current
         # Chunks read ahead from this index on are measured (None: not reading ahead now): once
         # the pool has read a buffer's worth since it started reading ahead (before, the consumer
@@ -238,7 +233,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
 
     def _near_end(self) -> bool:
         """Whether fewer than ``EXPLORE_LEFT`` buffers' worth are left to read (with threads)."""
-        return not self._sync and self._len - self._read_to < EXPLORE_LEFT * self._budget()
+        return not self._sync and self._len - self._read_to < EXPLORE_LEFT * self._sizes.budget()
 
     def _reads_ahead(self) -> bool:
         """Whether chunks go to the pool ahead of the consumer: with threads and a buffer, after
@@ -269,8 +264,8 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         read ahead before are consumed): read by the caller without threads or after a
         (re)start, else by a pool thread while the caller waits (so a slow element still does not
         hold back finished ones). A chunk the caller reads holds at least the ``want`` elements
-        a ``next_chunk`` call still misses, up to ``_chunk_limit(False, asked=True)``."""
-        budget = self._budget()
+        a ``next_chunk`` call still misses, up to ``ChunkSizes.limit(False, asked=True)``."""
+        budget = self._sizes.budget()
         ahead = self._reads_ahead()
         in_flight = len(self._current) - self._current_pos
         in_flight += sum(stop - start for start, stop, _, _ in self._buffer)
@@ -280,9 +275,9 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 if not self._buffer:
                     inline = self._sync or self._cold or self._policy.inline
                     inline = inline or not self._threads()
-                    size = self._sync_chunk
+                    size = self._sizes.sync_chunk
                     if inline and want > size:
-                        size = max(size, min(want, self._chunk_limit(False, asked=True)))
+                        size = max(size, min(want, self._sizes.limit(False, asked=True)))
                     stop = min(self._len, start + size)
                     fut = None if inline else self._submit(start, stop, True)
                     # `+=` and an assignment, no call between: an interrupt cannot queue the
@@ -293,13 +288,13 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
             if self._settle_at is None:
                 self._settle_at = start + budget
                 if self._restart_ahead:  # a ramp, from chunks as large as those read when asked for
-                    self._chunk = min(self._sync_chunk, self._chunk_limit(True))
+                    self._sizes.chunk = min(self._sizes.sync_chunk, self._sizes.limit(True))
                     self._ramp, self._restart_ahead = 1, False
             if self._ramp is not None and len(self._buffer) >= self._ramp:
                 break
             if len(self._buffer) >= 2 * self._threads():
                 break  # more would only queue: later chunks get the size learnt meanwhile
-            stop = min(self._len, start + self._chunk)
+            stop = min(self._len, start + self._sizes.chunk)
             if budget - in_flight < stop - start and self._buffer:
                 break  # room for a whole chunk only (see the module docstring)
             fut = self._submit(start, stop)
@@ -308,7 +303,7 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
             in_flight += stop - start
 
     def _slow_after(self) -> float:
-        return max(_SLOW_MIN_SECONDS, _SLOW_FACTOR * self._typical_seconds)
+        return max(_SLOW_MIN_SECONDS, _SLOW_FACTOR * self._sizes.typical_seconds)
 
     def _next_chunk(self, carry: list[Any] | None = None, want: int = 0) -> bool:
         """Makes the next chunk current; False at the end. An exception (even a
@@ -355,13 +350,13 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
         dense = True
         if not lazy:
             if items:
-                self._elem_bytes = tree.nbytes(items[0]) or self._elem_bytes
+                self._sizes.elem_bytes = tree.nbytes(items[0]) or self._sizes.elem_bytes
                 cap = _MAX_SYNC_CHUNK if self._sync else _MAX_CHUNK  # a bulk source's floor:
-                self._floor = bulk_floor(self._bulk, max(self._elem_bytes, 1), cap)
+                self._sizes.floor = bulk_floor(self._bulk, max(self._sizes.elem_bytes, 1), cap)
             if sizes_pool:
-                self._adapt(seconds, pool_seconds, len(items))
+                self._sizes.adapt(seconds, pool_seconds, len(items))
             if not ahead:
-                self._adapt_sync(seconds, len(items))
+                self._sizes.adapt_sync(seconds, len(items))
             if not self._allow_nones:
                 dense = not self._filter_check.record_chunk(
                     len(items), nones_in(items), self._options
@@ -464,10 +459,10 @@ class PrefetchDatasetIterator(ChunkSizes, DatasetIterator):
                 if out:
                     return out
                 continue
-            if self._cold and not self._buffer and max_elements > self._sync_chunk:
+            if self._cold and not self._buffer and max_elements > self._sizes.sync_chunk:
                 # After a (re)start the caller reads the first chunk itself: as many elements as
                 # it asks for now (a worker skipping to a restored position, a batch), not one.
-                self._sync_chunk = min(max_elements, self._chunk_limit(False))
+                self._sizes.sync_chunk = min(max_elements, self._sizes.limit(False))
             if not self._next_chunk(None, max_elements):
                 raise StopIteration
 
