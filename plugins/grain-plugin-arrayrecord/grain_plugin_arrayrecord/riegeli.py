@@ -25,7 +25,9 @@ hashes (``header_hash`` over the 32 header bytes after it, ``data_hash`` over th
 HighwayHash keyed with ``"Riegeli/records\n"`` twice, as Riegeli writes them) when HighwayHash is
 installed (the ``highwayhash-cffi`` package, module ``highwayhash``; :data:`VERIFIES_HASHES` says
 whether it is): a truncated or damaged file is an ``ArrayRecordFormatError`` naming the file and the
-byte offset. Block headers' hashes are not checked (their offsets are known from the block size).
+byte offset. The hashes of the block headers inside the chunks decoded are checked too (those in
+holes read between wanted chunks are skipped unread, as a reader going from chunk to chunk would
+not meet them).
 """
 
 from __future__ import annotations
@@ -136,6 +138,24 @@ def strip_block_headers(data: bytes | memoryview, begin: int) -> bytes:
     return b"".join(parts)
 
 
+def bad_block_header(data: bytes | bytearray | memoryview, begin: int) -> int:
+    """The file offset of the first block header in file range ``[begin, begin + len(data))``
+    whose hash (HighwayHash of its 16 bytes after the hash, as Riegeli writes it) does not match,
+    or -1; -1 too without :data:`VERIFIES_HASHES`. Headers only partly in the range are not
+    checked."""
+    if _highwayhash_64 is None:
+        return -1
+    view = memoryview(data)
+    first = -(-begin // BLOCK_SIZE) * BLOCK_SIZE  # first block boundary >= begin
+    for b in range(first, begin + len(view) - BLOCK_HEADER_SIZE + 1, BLOCK_SIZE):
+        at = b - begin
+        if highwayhash64(view[at + 8 : at + BLOCK_HEADER_SIZE]) != int.from_bytes(
+            view[at : at + 8], "little"
+        ):
+            return b
+    return -1
+
+
 def read_varint(
     buf: bytes | bytearray | memoryview, pos: int, path: str, offset: int
 ) -> tuple[int, int]:
@@ -239,6 +259,9 @@ class Chunk:
 def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
     """Decodes the chunk starting at file byte ``begin`` from ``raw``, the file's bytes from
     ``begin`` on (block headers included; at least up to the chunk's end)."""
+    bad = bad_block_header(raw, begin)
+    if bad >= 0:
+        raise ArrayRecordFormatError("a block header's hash does not match its bytes", path, bad)
     data = strip_block_headers(raw, begin)
     if len(data) < CHUNK_HEADER_SIZE:
         raise ArrayRecordFormatError(
@@ -367,7 +390,10 @@ def decode_singles(
         if len(value) == decoded:
             out[k] = value
     for k in crossing:  # from a copy without the block header (it fits in one block)
-        flat = strip_block_headers(view[begins[k] - base : ends[k] - base], begins[k])
+        span = view[begins[k] - base : ends[k] - base]
+        if bad_block_header(span, begins[k]) >= 0:
+            continue  # the general path names it
+        flat = strip_block_headers(span, begins[k])
         if len(flat) < BLOCK_SIZE - BLOCK_HEADER_SIZE:
             out[k] = decode_singles(flat, 0, [0], [len(flat)])[0]
     return out

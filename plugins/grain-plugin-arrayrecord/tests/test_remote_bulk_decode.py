@@ -113,6 +113,37 @@ def test_a_damaged_single_record_chunk_is_named_by_the_general_decoder(tmp_path,
     remote.clear_caches()
 
 
+@pytest.mark.parametrize("option", ["group_size:1", "group_size:4,uncompressed"])
+def test_a_damaged_block_header_inside_a_chunk_is_named_as_array_records_reader_does(
+    tmp_path, option
+):
+    """A flipped byte in the 24-byte block header that interrupts a chunk: array_record's reader
+    fails on it ("block header hash mismatch"), and so does the remote reader, naming the file
+    and the header's offset; records of other chunks still read."""
+    path = tmp_path / "clean.array_record"
+    _write(path, option, n=600)
+    idx, begins, ends = _spans(path)
+    block = riegeli.BLOCK_SIZE
+    c = next(k for k, (b, e) in enumerate(zip(begins, ends)) if b // block != (e - 1) // block)
+    boundary = (ends[c] - 1) // block * block
+    raw = bytearray(path.read_bytes())
+    raw[boundary + 12] ^= 0x01  # inside the header's 16 hashed bytes
+    name = "bad_block.array_record"
+    (tmp_path / name).write_bytes(bytes(raw))
+    with pytest.raises(Exception, match="block header hash mismatch"):
+        _reference(tmp_path / name)
+    first = int(idx.record_starts[c])  # the damaged chunk's first record
+    other = int(idx.record_starts[c + 1])  # the next chunk's
+    with RangeHTTPServer(tmp_path) as server:
+        src = ArrayRecordDataSource(f"{server.url}/{name}")
+        assert src.__getitems__([other, 0]) == [_reference(path)[other], _reference(path)[0]]
+        with pytest.raises(RecordReadError, match=f"{name}.*byte offset {boundary}") as info:
+            src.__getitems__([other, first])
+        assert "block header's hash does not match" in str(info.value)
+        assert info.value.record == first
+    remote.clear_caches()
+
+
 def test_footers_parse_in_bulk_like_record_by_record(tmp_path):
     path = tmp_path / "f.array_record"
     _write(path, "group_size:3,zstd", n=500)
