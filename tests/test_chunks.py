@@ -142,8 +142,10 @@ def check_read_ahead_within_buffer(buffer, prepare=lambda it: None):
         received += 1
         assert x == received - 1
         # Everything read (or being read) is within `buffer` elements of the consumer: the
-        # unreturned rest of the current chunk counts.
+        # unreturned rest of the current chunk counts. (`_read_to`, the end of what was queued,
+        # is checked too: a pool read may not have started when the consumer looks.)
         assert src.max_stop <= received + buffer
+        assert it._read_to <= received + buffer
     assert received == 400
 
 

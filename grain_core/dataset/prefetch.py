@@ -27,7 +27,9 @@ calls of a source's ``bulk_read_size`` (``bulk_reads``), are in flight, counting
 consumed, and each chunk holds at most about ``CHUNK_BYTES``.
 Reading ahead queues a chunk only when the buffer has room for all of it, and at most ``2 x
 num_threads`` chunks: topping the buffer up by the few elements just consumed would keep every
-later chunk that small (a high-latency source would get one index per call).
+later chunk that small (a high-latency source would get one index per call). With nothing
+queued, the first chunk is cut to the room left (the rest of a chunk read when asked for, up to
+the buffer, may leave less than a chunk's worth), so the bound holds after a switch too.
 Whether the pool reads *ahead* of the consumer or only the chunk the consumer asks for is chosen by
 measuring both, end to end (``read_policy.ReadModePolicy``): reading ahead wins when reads release
 the GIL (I/O, large numpy work) or the consumer does; not reading ahead wins when reads are cheap
@@ -295,8 +297,12 @@ class PrefetchDatasetIterator(DatasetIterator):
             if len(self._buffer) >= 2 * self._threads():
                 break  # more would only queue: later chunks get the size learnt meanwhile
             stop = min(self._len, start + self._sizes.chunk)
-            if budget - in_flight < stop - start and self._buffer:
-                break  # room for a whole chunk only (see the module docstring)
+            if budget - in_flight < stop - start:
+                if self._buffer or in_flight >= budget:
+                    break  # room for a whole chunk only (see the module docstring)
+                # Nothing queued and the current chunk's rest leaves less room than a chunk (a
+                # chunk read when asked for can fill the buffer): a chunk the room holds.
+                stop = start + budget - in_flight
             fut = self._submit(start, stop)
             self._buffer += ((start, stop, fut, True),)  # with the next line: no call between
             self._read_to = stop
