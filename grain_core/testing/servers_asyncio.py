@@ -5,9 +5,15 @@ for the latency: simple and close to a real server's behaviour for tests, but it
 about 0.1-0.2 ms of CPU per request (measured), CPU that a real object store never takes from the
 reading machine. :class:`AsyncRangeServer` answers the same requests (``GET`` with or without one
 ``Range: bytes=a-b`` / ``a-`` / ``-n``, ``HEAD``; keep-alive; 404, 416, 501) from one event loop
-thread: the latency is a timer (``loop.call_later``), files are read with ``os.preadv`` (into the
-answer's buffer, behind its head) from handles opened once, and each answer is one write. It serves a directory only, counts requests, and injects
-no failures (use ``RangeHTTPServer`` in tests of retries).
+thread: the latency is a timer (``loop.call_later``), and files are opened once (a handle per
+request path, at most 4096, all closed at ``stop()``). A body goes out zero-copy: when the
+connection has nothing buffered, the head is sent with ``MSG_MORE`` (so head and body leave in the
+same segments) and the body by ``os.sendfile`` from the open file straight into the socket, with no
+copy into Python and no buffer to allocate; only what the socket does not take at once (a full send
+buffer) is read with ``os.preadv`` and queued on the transport, which later answers then queue
+behind, keeping their order. The request head is parsed with one split per line. It serves a
+directory only, counts requests, and injects no failures (use ``RangeHTTPServer`` in tests of
+retries).
 
 Responses on one connection go out in the order of its requests (HTTP/1.1 pipelining is allowed
 and kept in order). A request head over 64 KiB, or one with more than 100 header lines, is
@@ -24,6 +30,7 @@ import asyncio
 import collections
 import os
 import re
+import socket
 import threading
 from typing import Any
 
@@ -79,16 +86,26 @@ class _Connection(asyncio.Protocol):
         self._queue: collections.deque[list[Any]] = collections.deque()  # [answer, close, due]
         self._close_after = False
         self._idle: asyncio.TimerHandle | None = None
+        # The connection's socket, duplicated (the transport owns its own): sends with flags and
+        # os.sendfile go to it while the transport has nothing buffered. Closed with the connection.
+        self._sock: socket.socket | None = None
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
-        self._server._transports.add(transport)
+        self._server._transports[transport] = self
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._sock = socket.socket(fileno=os.dup(sock.fileno()))
+            self._sock.setblocking(False)
         self._touch()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server._transports.discard(self._transport)
+        self._server._transports.pop(self._transport, None)
         if self._idle is not None:
             self._idle.cancel()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def _touch(self) -> None:
         if self._idle is not None:
@@ -153,15 +170,8 @@ class _Connection(asyncio.Protocol):
         if method != b"GET":
             self._later(head, close)
             return
-        # The body read straight behind the head in one buffer: one copy of it, no concatenation.
-        answer = bytearray(len(head) + stop - start)
-        answer[: len(head)] = head
-        got = os.preadv(fd, [memoryview(answer)[len(head) :]], start)
-        if got != stop - start:  # the file shrank under the server: a short body, then close
-            del answer[len(head) + got :]
-            close = True
-        server.bytes_sent += got
-        self._later(answer, close)
+        server.bytes_sent += stop - start
+        self._later((head, fd, start, stop - start), close)
 
     @staticmethod
     def _head(code: int, length: int, *, close: bool, extra: bytes = b"") -> bytes:
@@ -174,8 +184,9 @@ class _Connection(asyncio.Protocol):
             conn,
         )
 
-    def _later(self, answer: bytes | bytearray, close: bool) -> None:
-        """Writes ``answer`` after the server's latency, after the connection's earlier answers."""
+    def _later(self, answer: bytes | tuple[bytes, int, int, int], close: bool) -> None:
+        """Writes ``answer`` (bytes, or a head and ``(fd, offset, count)`` of a file's body) after
+        the server's latency, after the connection's earlier answers."""
         if close:
             self._close_after = True
         entry = [answer, close, False]
@@ -193,9 +204,41 @@ class _Connection(asyncio.Protocol):
             answer, close, _ = queue.popleft()
             if transport.is_closing():
                 continue
-            transport.write(answer)
+            if type(answer) is tuple:
+                if not self._send_file(*answer):  # the file shrank under the server: close
+                    close = True
+            else:
+                transport.write(answer)
             if close:
                 transport.close()
+
+    def _send_file(self, head: bytes, fd: int, offset: int, count: int) -> bool:
+        """Sends ``head`` and ``count`` bytes of file ``fd`` from ``offset``: straight from the
+        file into the socket while the transport has nothing buffered, the rest through the
+        transport. False when the file ended before ``count`` bytes (a short body was sent)."""
+        transport, sock = self._transport, self._sock
+        sent = 0
+        if sock is not None and not transport.get_write_buffer_size():
+            try:
+                sent = sock.send(head, socket.MSG_MORE if count else 0)
+                if sent == len(head):
+                    while count:
+                        n = os.sendfile(sock.fileno(), fd, offset, count)
+                        if not n:  # end of file before count
+                            return False
+                        offset, count = offset + n, count - n
+            except (BlockingIOError, InterruptedError):
+                pass  # the socket's buffer is full: the rest goes through the transport
+            except OSError:
+                transport.close()  # the peer is gone (reset, broken pipe)
+                return True
+        if sent < len(head):
+            transport.write(head[sent:])
+        if count:
+            rest = os.pread(fd, count, offset)
+            transport.write(rest)
+            return len(rest) == count
+        return True
 
 
 class AsyncRangeServer:
@@ -215,7 +258,7 @@ class AsyncRangeServer:
         self.requests = 0
         self.bytes_sent = 0  # body bytes of GET answers
         self._files = _Files(root)
-        self._transports: set[Any] = set()
+        self._transports: dict[Any, _Connection] = {}
         self._loop: Any = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -254,12 +297,14 @@ class AsyncRangeServer:
         def shut() -> None:
             self._server.close()
             for t in list(self._transports):
-                t.close()
+                t.abort()  # now, unsent answers dropped; connection_lost runs before the stop
             loop.call_soon(loop.stop)
 
         loop.call_soon_threadsafe(shut)
         thread.join(_JOIN_TIMEOUT_S)
         if not thread.is_alive():
+            for conn in list(self._transports.values()):  # none: each was aborted before the stop
+                conn.connection_lost(None)
             loop.close()
         self._files.close()
         self._port = None
