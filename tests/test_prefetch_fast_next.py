@@ -35,7 +35,7 @@ def _counted_full(monkeypatch):
     from grain_core.dataset.fast_next import list_serving_next
 
     monkeypatch.setattr(
-        PrefetchDatasetIterator, "__next__", list_serving_next("_serve", "_current_pos", counting)
+        PrefetchDatasetIterator, "__next__", list_serving_next("_current", "_current_pos", counting, "_serve_stop")
     )
     return calls
 
@@ -59,7 +59,7 @@ def test_chunks_with_skipped_elements_take_the_full_next_and_stay_exact(monkeypa
     state = it.get_state()
     rest = list(it)
     assert head + rest == [x for x in range(600) if x % 3 != 0]
-    assert not it._serve  # a chunk with Nones is never served before the guard
+    assert not it._serve_stop  # a chunk with Nones is never served before the guard
     assert len(calls) >= len(head) + len(rest)
     it.set_state(state)
     assert list(it) == rest
@@ -92,7 +92,7 @@ def test_a_lazy_chunk_is_not_served_before_the_guard():
     assert next(it) == 0
     lazy = LazyChunk(it._ds, 1, 10)
     it._current, it._current_start, it._current_pos = lazy, 1, 0  # as the slow-element rule does
-    it._serve, it._current_dense, it._read_to = (), True, 10
+    it._serve_stop, it._current_dense, it._read_to = 0, True, 10
     assert not it._buffer
     assert list(it) == list(range(1, 10))
     it.close()
@@ -107,3 +107,38 @@ def test_another_thread_inside_is_refused_with_elements_ready():
     it._grain_owner = None
     assert list(it) == list(range(1, 100))
     it.close()
+
+
+def test_list_serving_next_with_stop_serves_only_below_it():
+    """``list_serving_next(..., stop)``: positions below ``self.<stop>`` come before the guard;
+    from ``stop`` on (and with ``stop`` 0) every ``next()`` takes the full path."""
+    from grain_core.author import DatasetIterator, list_serving_next
+
+    class Bounded(DatasetIterator):
+        def __init__(self, items, stop):
+            super().__init__()
+            self._items, self._pos, self._stop, self.full_calls = items, 0, stop, 0
+
+        def _full(self):
+            self.full_calls += 1
+            if self._pos >= len(self._items):
+                raise StopIteration
+            self._pos += 1
+            return self._items[self._pos - 1]
+
+        __next__ = list_serving_next("_items", "_pos", _full, "_stop")
+
+        def get_state(self):
+            return {"pos": self._pos}
+
+        def set_state(self, state):
+            self._pos = state["pos"]
+
+    it = Bounded(list(range(10)), 6)
+    assert list(it) == list(range(10))
+    assert it.full_calls == 4 + 1  # positions 6..9 and the StopIteration
+    it = Bounded(list(range(5)), 0)
+    assert list(it) == list(range(5))
+    assert it.full_calls == 5 + 1
+    with pytest.raises(ValueError, match="not an attribute name"):
+        list_serving_next("_items", "_pos", lambda self: None, "not a name")

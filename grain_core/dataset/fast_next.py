@@ -30,6 +30,19 @@ from grain_core.dataset.concurrency import guarded, guarded_fast
 
 __all__ = ["list_serving_next"]
 
+# With ``stop``: an int attribute bounding the servable positions (no exception at the list's end,
+# and 0 when the list may not be served at all).
+_TEMPLATE_STOP = """
+def __next__(self):
+    if self._grain_owner is None:
+        i = self.{pos}
+        if i < self.{stop}:
+            x = self.{items}[i]
+            self.{pos} = i + 1
+            return x
+    return full(self)
+"""
+
 _TEMPLATE = """
 def __next__(self):
     if self._grain_owner is None:
@@ -45,20 +58,25 @@ def __next__(self):
 """
 
 
-def list_serving_next(items: str, pos: str, full: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def list_serving_next(
+    items: str, pos: str, full: Callable[[Any], Any], stop: str | None = None
+) -> Callable[[Any], Any]:
     """Returns a ``__next__`` serving ``self.<items>[self.<pos>]`` before the guard, else calling
     ``full(self)`` through the guard (see the module docstring). ``items`` and ``pos`` name
     attributes of the iterator: a list (or anything indexable raising ``IndexError`` past its end)
-    and the int index of its next element. Raises ``ValueError`` for a name that is not an
-    identifier."""
-    for name in (items, pos):
+    and the int index of its next element. ``stop``, when given, names an int attribute: only
+    positions below it are served before the guard (then ``items`` must be a list holding them),
+    which spares an ``IndexError`` at the list's end and lets an iterator keep a list it may not
+    serve this way (``stop`` 0). Raises ``ValueError`` for a name that is not an identifier."""
+    for name in (items, pos) if stop is None else (items, pos, stop):
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"list_serving_next: {name!r} is not an attribute name.")
     namespace: dict[str, Any] = {
         "full": guarded(full, "__next__"),
         "__name__": getattr(full, "__module__", __name__),  # the new function's __module__
     }
-    exec(_TEMPLATE.format(items=items, pos=pos), namespace)  # a plain function: no call inside
+    template = _TEMPLATE if stop is None else _TEMPLATE_STOP
+    exec(template.format(items=items, pos=pos, stop=stop), namespace)  # no call inside
     fn = namespace["__next__"]
     fn.__qualname__ = getattr(full, "__qualname__", "__next__").rsplit(".", 1)[0] + ".__next__"
     fn.__doc__ = full.__doc__

@@ -204,7 +204,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._buffer: collections.deque[tuple[int, int, Any, bool]] = collections.deque()
         self._read_to = self._next_index
         self._current: Any = []
-        self._serve: Any = ()  # _current while __next__ may serve it before the guard, else ()
+        self._serve_stop = 0  # len(_current) while __next__ may serve it before the guard, else 0
         self._current_start = self._next_index
         self._current_pos = 0
         self._current_dense = True  # the current chunk holds no None (slices need no filtering)
@@ -376,11 +376,11 @@ class PrefetchDatasetIterator(DatasetIterator):
             kept, dense = len(carry), dense and self._current_dense
             items = carry + items
         consumed = len(self._current) - kept  # the previous chunk, consumed up to `carry`
-        serve = items if dense and not lazy and type(items) is list else ()  # see __next__
+        serve = len(items) if dense and not lazy and type(items) is list else 0  # see __next__
         # The commit: plain assignments and a `del` (no call, so no KeyboardInterrupt between
         # them): the chunk moves from the buffer to `_current` at once or not at all.
         self._current, self._current_start, self._current_pos = items, start - kept, 0
-        self._current_dense, self._serve = dense, serve
+        self._current_dense, self._serve_stop = dense, serve
         self._taken_from = 0
         del self._buffer[0]
         if self._sync:
@@ -437,8 +437,8 @@ class PrefetchDatasetIterator(DatasetIterator):
                 raise StopIteration
 
     # Served before the thread guard while the current chunk is a list with no element to skip
-    # (``_serve`` is it then, else empty): fast_next.list_serving_next.
-    __next__ = list_serving_next("_serve", "_current_pos", _next_full)
+    # (``_serve_stop`` is its length then, else 0): fast_next.list_serving_next.
+    __next__ = list_serving_next("_current", "_current_pos", _next_full, "_serve_stop")
 
     def next_chunk(self, max_elements: int) -> list[Any]:
         while True:
