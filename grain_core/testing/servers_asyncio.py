@@ -78,6 +78,15 @@ class _Files:
         self._open.clear()
 
 
+def _header(head: bytes, low: bytes, key: bytes) -> bytes | None:
+    """The value of the last header ``key`` (``b"\\r\\nname:"``, lower case) in ``head``."""
+    i = low.rfind(key)
+    if i < 0:
+        return None
+    end = head.find(b"\r\n", i + 2)
+    return head[i + len(key) : end if end >= 0 else len(head)].strip()
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, server: AsyncRangeServer):
         self._server = server
@@ -86,6 +95,7 @@ class _Connection(asyncio.Protocol):
         self._queue: collections.deque[list[Any]] = collections.deque()  # [answer, close, due]
         self._close_after = False
         self._idle: asyncio.TimerHandle | None = None
+        self._last = 0.0  # loop time of the last data received
         # The connection's socket, duplicated (the transport owns its own): sends with flags and
         # os.sendfile go to it while the transport has nothing buffered. Closed with the connection.
         self._sock: socket.socket | None = None
@@ -97,7 +107,8 @@ class _Connection(asyncio.Protocol):
         if sock is not None:
             self._sock = socket.socket(fileno=os.dup(sock.fileno()))
             self._sock.setblocking(False)
-        self._touch()
+        self._last = self._server._loop.time()
+        self._idle = self._server._loop.call_later(_IDLE_S, self._check_idle)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server._transports.pop(self._transport, None)
@@ -107,14 +118,18 @@ class _Connection(asyncio.Protocol):
             self._sock.close()
             self._sock = None
 
-    def _touch(self) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-        self._idle = self._server._loop.call_later(_IDLE_S, self._transport.close)
+    def _check_idle(self) -> None:
+        """Closes the connection after ``_IDLE_S`` without data; one timer per connection,
+        moved on only when it fires (not rescheduled per request)."""
+        left = self._last + _IDLE_S - self._server._loop.time()
+        if left > 0:
+            self._idle = self._server._loop.call_later(left, self._check_idle)
+        else:
+            self._transport.close()
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
-        self._touch()
+        self._last = self._server._loop.time()
         while not self._close_after:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
@@ -125,21 +140,15 @@ class _Connection(asyncio.Protocol):
             self._request(head)
 
     def _request(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split()
-        if len(parts) != 3 or len(lines) > _MAX_HEADERS + 1 or len(head) > _MAX_HEAD:
+        parts = head.split(b"\r\n", 1)[0].split()
+        if len(parts) != 3 or head.count(b"\r\n") > _MAX_HEADERS or len(head) > _MAX_HEAD:
             self._later(self._head(400, 11, close=True) + b"bad request", close=True)
             return
         method, target, version = parts
-        spec = None
-        close = version != b"HTTP/1.1"
-        for line in lines[1:]:
-            key, _, value = line.partition(b":")
-            key = key.strip().lower()
-            if key == b"range":
-                spec = value.strip()
-            elif key == b"connection":
-                close = value.strip().lower() == b"close"
+        low = head.lower()  # header names are case-insensitive; the last of a repeated one counts
+        spec = _header(head, low, b"\r\nrange:")
+        conn = _header(head, low, b"\r\nconnection:")
+        close = version != b"HTTP/1.1" if conn is None else conn.lower() == b"close"
         server = self._server
         server.requests += 1
         if method not in (b"GET", b"HEAD"):
