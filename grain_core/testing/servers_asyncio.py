@@ -10,10 +10,11 @@ request path, at most 4096, all closed at ``stop()``). A body goes out zero-copy
 connection has nothing buffered, the head is sent with ``MSG_MORE`` (so head and body leave in the
 same segments) and the body by ``os.sendfile`` from the open file straight into the socket, with no
 copy into Python and no buffer to allocate; only what the socket does not take at once (a full send
-buffer) is read with ``os.preadv`` and queued on the transport, which later answers then queue
-behind, keeping their order. The request head is parsed with one split per line. It serves a
-directory only, counts requests, and injects no failures (use ``RangeHTTPServer`` in tests of
-retries).
+buffer) is read with ``os.pread`` and queued on the transport, which later answers then queue
+behind, keeping their order. Per request, the head's ``Range`` and ``Connection`` are found by
+searching it once lowered (no split per header line), and the idle timeout is one timer per
+connection that moves on when it fires (no new timer per request). It serves a directory only,
+counts requests, and injects no failures (use ``RangeHTTPServer`` in tests of retries).
 
 Responses on one connection go out in the order of its requests (HTTP/1.1 pipelining is allowed
 and kept in order). A request head over 64 KiB, or one with more than 100 header lines, is
