@@ -4,7 +4,10 @@ JPEG bytes (written with Pillow by :func:`image_work.make_jpegs`) -> decode -> r
 -> normalise -> batch, read in a shuffled order through ``mp_prefetch`` with 2 workers, through the
 ``DataLoader`` with 2 workers, and through ``mp_prefetch`` then ``device_put`` onto a jax CPU
 device; each row side by side with google's grain. The limit is a plain ``multiprocessing.Pool(2)``
-doing the same decode and augmentation (the reference column). ``REPORTS`` prints the peak memory of
+doing the same decode and augmentation (the reference column of the ``mp_prefetch`` and the
+``DataLoader`` rows): it decodes all images, while a row counts the images it outputs (the
+``mp_prefetch`` row drops ``NUM_IMAGES % 64`` of them unread; the ``DataLoader``, as Grain's, has each
+worker decode its share and drop its partial last batch). ``REPORTS`` prints the peak memory of
 each library's ``mp_prefetch`` pipeline (the Pss of the process tree, as ``bench_memory`` measures).
 """
 
@@ -125,6 +128,8 @@ WORKLOADS = [
         count=len,
         unit="images",
         setup=_images,
+        # Timed in this row too, in turn with the loader's passes: its share needs no other row's.
+        references={f"multiprocessing.Pool({WORKERS})": _pool_limit},
     ),
     Workload(
         f"{_NAME} mp_prefetch({WORKERS}) + device_put(cpu)",
