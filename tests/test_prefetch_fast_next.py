@@ -59,11 +59,51 @@ def test_chunks_with_skipped_elements_take_the_full_next_and_stay_exact(monkeypa
     state = it.get_state()
     rest = list(it)
     assert head + rest == [x for x in range(600) if x % 3 != 0]
-    assert not it._serve_stop  # a chunk with Nones is never served before the guard
-    assert len(calls) >= len(head) + len(rest)
+    # Runs without None are served before the guard; each run starts with a full next().
+    assert len(rest) // 3 <= len(calls) < len(head) + len(rest)
     it.set_state(state)
     assert list(it) == rest
     it.close()
+
+
+def _mixed_calls(every: int) -> tuple[list[int], list[int]]:
+    """Elements and states of next(), next_chunk() and unread() mixed over chunks with Nones."""
+    ds = grain.MapDataset.range(3000).filter(lambda x: x % every != 0)
+    it = PrefetchDatasetIterator(ds, grain.ReadOptions(num_threads=0, prefetch_buffer_size=0), False)
+    out, states, k = [], [], 0
+    while True:
+        k += 1
+        try:
+            if k % 5 == 0:
+                got = it.next_chunk(7)
+                if k % 10 == 0 and len(got) > 2:
+                    it.unread(2)
+                    got = got[:-2]
+                out += got
+            else:
+                out.append(next(it))
+        except StopIteration:
+            break
+        states.append(it.get_state()["next_index"])
+    return out, states
+
+
+@pytest.mark.parametrize("every", [2, 3, 7, 1000])
+def test_runs_between_nones_with_chunks_and_unread_in_between(monkeypatch, every):
+    """next(), next_chunk() and unread() mixed over chunks with Nones give the elements and
+    states the guarded next() alone gives (a run found by next() stays valid when next_chunk
+    moves on; unread makes next() look again)."""
+    out, states = _mixed_calls(every)
+    assert out == [x for x in range(3000) if x % every != 0]
+    with monkeypatch.context() as m:
+        from grain_core.dataset.concurrency import guarded
+
+        m.setattr(
+            PrefetchDatasetIterator,
+            "__next__",
+            guarded(PrefetchDatasetIterator._next_full, "__next__"),
+        )
+        assert _mixed_calls(every) == (out, states)
 
 
 def test_nones_kept_by_allow_nones_are_served_in_place():

@@ -430,14 +430,22 @@ class PrefetchDatasetIterator(DatasetIterator):
                     x = cur[pos]
                     pos += 1
                     if x is not None:
-                        self._current_pos = pos
+                        # Where the run without None from here ends (served before the guard);
+                        # found once per run of a list chunk with Nones.
+                        stop = self._serve_stop
+                        if stop < pos and not self._current_dense and type(cur) is list:
+                            stop = pos
+                            while stop < n and cur[stop] is not None:
+                                stop += 1
+                        self._current_pos, self._serve_stop = pos, stop  # stores only: the commit
                         return x
                 self._current_pos = pos
             if not self._next_chunk():
                 raise StopIteration
 
-    # Served before the thread guard while the current chunk is a list with no element to skip
-    # (``_serve_stop`` is its length then, else 0): fast_next.list_serving_next.
+    # Served before the thread guard while the current chunk is a list, below ``_serve_stop``: its
+    # length when it holds no element to skip, else where the run without ``None`` that the full
+    # next() last served from ends (0 for a lazy chunk): fast_next.list_serving_next.
     __next__ = list_serving_next("_current", "_current_pos", _next_full, "_serve_stop")
 
     def next_chunk(self, max_elements: int) -> list[Any]:
@@ -491,7 +499,7 @@ class PrefetchDatasetIterator(DatasetIterator):
             pos -= 1
             if cur[pos] is not None:
                 count -= 1
-        self._current_pos = pos
+        self._current_pos, self._serve_stop = pos, 0  # (the next next() finds its run again)
 
     # --- state ------------------------------------------------------------------------------------
 
