@@ -302,11 +302,15 @@ class MessageReader:
             return entry[2]
         if entry is None:
             fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
+            # Kept before the name is unlinked: an interrupt (Ctrl-C, a signal handler's
+            # exception) after the unlink must not lose the only way back to the segment, since
+            # a message interrupted while read is read again.
+            self._maps[name] = (fd, None, None)
             discard(name)  # both sides have it open now
         else:  # the worker grew the segment: map it again
             fd = entry[0]
             self._unmap(name)
-        self._maps[name] = (fd, None, None)
+            self._maps[name] = (fd, None, None)
         size = os.fstat(fd).st_size
         if size < end:
             raise OSError(

@@ -108,3 +108,29 @@ def test_many_messages_use_a_bounded_pool_and_restores_stay_correct():
     values = [int(a[0]) for a in kept]
     assert values == list(range(1051)) + list(range(1001, 3000))
     assert all((a == a[0]).all() for a in kept)  # no array was overwritten by a later message
+
+
+def test_a_read_interrupted_after_the_unlink_can_be_read_again(monkeypatch):
+    """A message interrupted while read is read again (the runtimes re-deliver it): an interrupt
+    right after the reader unlinked the segment's name must not lose the segment."""
+    prefix = shm.new_shm_prefix()
+    writer, reader = shm.MessageWriter(prefix), shm.MessageReader()
+    real_discard = shm.discard
+
+    def discard_then_interrupt(name):
+        real_discard(name)
+        monkeypatch.setattr(shm, "discard", real_discard)
+        raise KeyboardInterrupt
+
+    try:
+        msg = _message(writer, [7, 8], 1000)
+        monkeypatch.setattr(shm, "discard", discard_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            reader.read(*msg)
+        assert our_segments() == []  # the name is gone ...
+        out = reader.read(*msg)  # ... and the message still reads
+        assert [int(e["a"][0]) for e in out] == [7, 8]
+    finally:
+        writer.close()
+        reader.close()
+    assert our_segments() == []
