@@ -86,6 +86,7 @@ _NAME_RE = re.compile(r"^gcrt(\d+)x[0-9a-f]+")
 class ShmFullError(OSError):
     """``/dev/shm`` has too little free space for a segment (see :func:`shm_min_free_bytes`)."""
 
+
 # (segment name or None, pickled elements, per element a tuple of (offset, nbytes) per buffer)
 Message = tuple[str | None, list[bytes], list[tuple[tuple[int, int], ...]]]
 
