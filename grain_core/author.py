@@ -19,8 +19,8 @@ States
   :mod:`grain_core.state`.
 Seeds
   ``derive_seed``, ``default_seed``, ``validate_seed``, ``IndexShuffle``, ``index_shuffle``,
-  ``shuffle_tables``, ``grain_block_is_short``, ``element_rng`` ... (:mod:`grain_core.seeds`,
-  :mod:`grain_core.shuffle_cipher`).
+  ``shuffle_tables``, ``SHUFFLE_ROUNDS``, ``grain_block_is_short``, ``element_rng`` ...
+  (:mod:`grain_core.seeds`, :mod:`grain_core.shuffle_cipher`).
 Validation
   ``check_int``, ``check_indices``, ``ArgumentTypeError``; ``mode_fields`` (Grain-exact options).
 Worker shares (stages that split their input among ``mp_prefetch`` workers)
@@ -101,6 +101,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "validate_seed",
     ),
     "grain_core.shuffle_cipher": (
+        "SHUFFLE_ROUNDS",
         "IndexPermutation",
         "IndexShuffle",
         "grain_block_is_short",
@@ -299,6 +300,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         validate_seed,
     )
     from grain_core.shuffle_cipher import (
+        SHUFFLE_ROUNDS,
         IndexPermutation,
         IndexShuffle,
         grain_block_is_short,

@@ -36,8 +36,8 @@ from grain_core.author import (
     list_serving_next,
     make_state,
     mode_fields,
-    shuffle_tables,
 )
+from grain_plugin_window_shuffle.window_orders import window_tables
 
 __all__ = ["WindowShuffleIterDataset", "WindowShuffleMapDataset"]
 
@@ -245,7 +245,7 @@ class _WindowShuffleIterator(OneParentIterator):
     in chunks of up to the window's remaining size), the elements of a window whose read was
     interrupted (kept so nothing is lost, up to ``window_size``), and the orders of at most
     ``_MAX_BATCH`` upcoming full windows as one int64 array (capped at ``_MAX_TABLE_INTS``
-    entries), computed together by :func:`grain_core.shuffle_cipher.shuffle_tables`.
+    entries), computed together by :func:`window_tables` (in C where the accelerator is built).
     """
 
     kind = "WindowShuffleIterDataset"
@@ -280,8 +280,8 @@ class _WindowShuffleIterator(OneParentIterator):
             # Retried with one window if cut short (a KeyboardInterrupt): Ctrl-C pressed faster
             # than a batch completes must still let iteration progress.
             self._batch = 1
-            tables = shuffle_tables(
-                length - 1,
+            tables = window_tables(
+                length,
                 [(self._seed + k + j) % 2**32 for j in range(count)],
                 grain_exact=self._grain_exact,
             )
