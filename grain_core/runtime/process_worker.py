@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -35,6 +36,7 @@ __all__ = [
     "SYS_PATH_ENV",
     "Boot",
     "CreditRecord",
+    "PayloadFile",
     "ShmElements",
     "restore_environment",
     "worker_main",
@@ -66,9 +68,67 @@ class ShmElements:
     fallback: str | None = None
 
 
+class PayloadFile:
+    """A job's pipeline pickle in an anonymous memory file (Linux ``memfd``), handed to every
+    worker as a file descriptor instead of through its start pipe.
+
+    Through the pipe, each worker's copy of a large pipeline (a source held in memory: a list of
+    JPEG records) is pickled again into the process object, written to the pipe and read back one
+    worker after the other, before the next worker can start; through the file it is written once,
+    and every worker maps it and unpickles from the mapping, all at once. The file has no name: it
+    is gone when the consumer (:meth:`close`, once the workers are started) and every worker
+    (after unpickling) have closed it, however they end. Pickled for a worker start, it travels
+    as a duplicated descriptor (``multiprocessing.reduction.DupFd``, as pipes do); a ``fork`` start
+    inherits it.
+    """
+
+    #: Whether this platform has anonymous memory files (else pipelines go through the pipe).
+    AVAILABLE = hasattr(os, "memfd_create")
+    #: Pipelines smaller than this go through the pipe (a file costs more than it saves).
+    MIN_BYTES = 1 << 20
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+
+    @classmethod
+    def create(cls, payload: bytes) -> PayloadFile:
+        fd = os.memfd_create("grain_core-job", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, len(payload))
+
+    def __reduce__(self):
+        from multiprocessing.reduction import DupFd
+
+        return PayloadFile._rebuild, (DupFd(self.fd), self.size)
+
+    @staticmethod
+    def _rebuild(dup: Any, size: int) -> PayloadFile:
+        return PayloadFile(dup.detach(), size)
+
+    def open(self) -> mmap.mmap:
+        """The pickle, mapped read-only (close the mapping once unpickled); closes the descriptor."""
+        try:
+            return mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
 @dataclasses.dataclass(frozen=True)
 class Boot:
-    """The one argument of a worker process."""
+    """The one argument of a worker process. With ``payload_file``, the job's ``payload`` is
+    empty and the pipeline's pickle is in that file."""
 
     conn: Any
     credits: Any  # the worker's end of the credit channel (a socket, grain_core.runtime.credits)
@@ -78,6 +138,7 @@ class Boot:
     consumer_pid: int
     use_shm: bool
     min_free: int
+    payload_file: PayloadFile | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -257,7 +318,14 @@ def worker_main(boot: Boot) -> None:
     try:
         job = boot.job
         job.environment.apply()
-        loop = WorkerLoop(job, boot.index, endpoint, size_of=tree.nbytes)
+        mapped = None if boot.payload_file is None else boot.payload_file.open()
+        if mapped is not None:
+            job = dataclasses.replace(job, payload=mapped)  # type: ignore[arg-type]
+        try:
+            loop = WorkerLoop(job, boot.index, endpoint, size_of=tree.nbytes)
+        finally:
+            if mapped is not None:
+                mapped.close()
         # The pipeline's pickle is not needed once unpickled: a source it carries (a list of
         # records) would otherwise stay in this process twice. The Process object and ``boot``
         # hold the job for the worker's whole life, so the bytes are dropped from both.

@@ -54,6 +54,7 @@ from grain_core.runtime.messages import Consumed, Elements, Failure, Stop, pickl
 from grain_core.runtime.process_worker import (
     SYS_PATH_ENV,
     Boot,
+    PayloadFile,
     ShmElements,
     worker_main,
 )
@@ -182,6 +183,14 @@ class ProcessPool:
             )
         ctx = runtime.context()
         self._thread: threading.Thread | None = None
+        payload_file = None
+        if PayloadFile.AVAILABLE and len(job.payload) >= PayloadFile.MIN_BYTES:
+            try:
+                payload_file = PayloadFile.create(job.payload)
+            except OSError:  # no memfd here (a sandbox, no memory): through the pipe as before
+                pass
+            else:
+                job = dataclasses.replace(job, payload=b"")
         try:
             for i in range(job.worker_count):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -196,6 +205,7 @@ class ProcessPool:
                         os.getpid(),
                         use_shm,
                         min_free,
+                        payload_file,
                     )
                     proc = ctx.Process(
                         target=worker_main,
@@ -220,6 +230,9 @@ class ProcessPool:
         except BaseException:
             self.close()
             raise
+        finally:
+            if payload_file is not None:
+                payload_file.close()  # the started workers hold their own descriptors
 
     @property
     def worker_pids(self) -> list[int]:
