@@ -69,11 +69,18 @@ REPEAT_SECONDS = 5.0
 
 
 def measure(make: Callable[[], Iterable[Any]], count: Callable[[Any], int], max_seconds: float) -> float:
-    """Returns items counted per second over one pass of ``make()`` (capped at ``max_seconds``)."""
+    """Returns items counted per second over one pass of ``make()`` (capped at ``max_seconds``).
+
+    The clock starts after ``make()`` (which builds the pipeline; a row may do untimed set-up
+    there) and before ``iter()``: a pass includes starting the iterator, as the references' passes
+    include starting their pools (grain_core's ``iter()`` starts ``mp_prefetch``'s workers at once;
+    grain's starts them at the first ``next()``, so a clock started after ``iter()`` would leave
+    only grain_core's start-up out)."""
     gc.collect()
-    it = iter(make())
-    total = 0
+    iterable = make()
     start = time.perf_counter()
+    it = iter(iterable)
+    total = 0
     try:
         for item in it:
             total += count(item)

@@ -60,10 +60,18 @@ def decode_augment(data: bytes, rng: np.random.Generator) -> np.ndarray:
     return augment(decode(data), rng)
 
 
-def decode_augment_range(args: tuple[list[bytes], int]) -> int:
-    """The plain-``multiprocessing`` reference: one worker's share of the examples, each decoded and
-    augmented with its own generator; returns how many it did."""
-    images, start = args
-    for i, data in enumerate(images):
-        decode_augment(data, np.random.default_rng(start + i))
-    return len(images)
+_POOL_IMAGES: list[bytes] = []
+
+
+def pool_init(images: list[bytes]) -> None:
+    """A ``multiprocessing.Pool`` initializer: the examples, sent to each worker once."""
+    _POOL_IMAGES[:] = images
+
+
+def decode_augment_range(span: tuple[int, int]) -> int:
+    """The plain-``multiprocessing`` reference: examples ``[lo, hi)`` of the worker's copy (see
+    :func:`pool_init`), each decoded and augmented with its own generator; returns how many."""
+    lo, hi = span
+    for i in range(lo, hi):
+        decode_augment(_POOL_IMAGES[i], np.random.default_rng(i))
+    return hi - lo
