@@ -56,7 +56,7 @@ class MultiprocessingOptions:
       num_workers: worker processes; 0 runs the pipeline in the calling process.
       per_worker_buffer_size: finished elements each worker may hold ahead of the consumer
         (plus the one it is producing). Small elements may run further ahead, while those ahead
-        take under ``grain_core.runtime.api.AHEAD_BYTES`` (1 MiB) per worker (docs/runtime.md).
+        take under ``grain_core.runtime.api.AHEAD_BYTES`` (4 MiB) per worker (docs/runtime.md).
       enable_profiling: log per-worker timings.
     """
 

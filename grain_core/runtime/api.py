@@ -30,7 +30,7 @@ Flow control counts elements, and bytes for small ones: a worker has at most ``b
 elements produced (or being produced) and not yet returned by the consumer's ``next()``:
 ``buffer_size`` (``MultiprocessingOptions.per_worker_buffer_size``) finished ones plus the one in
 production, which is sent as soon as it is finished; beyond that it starts another element only
-while those elements take under :data:`AHEAD_BYTES` (1 MiB) and number at most ``buffer_size + 1``
+while those elements take under :data:`AHEAD_BYTES` (4 MiB) and number at most ``buffer_size + 1``
 plus the elements returned since its last (re)start (so read-ahead grows with consumption, and a
 restore starts as small as at ``buffer_size``): small elements travel many to a message without a
 credit round trip each. The consumer sends a :class:`Consumed` count (a credit)

@@ -60,10 +60,10 @@ class RayRuntime:
         large (Grain's default 1 then costs an actor round trip per element). Elements, order and
         state do not change; only how far the actors run ahead (memory) does.
       ahead_bytes: how far an actor may run ahead in bytes (default :data:`DEFAULT_AHEAD_BYTES`,
-        16 MiB; at least the kernel's ``AHEAD_BYTES``, 1 MiB): beyond ``per_worker_buffer_size``,
+        16 MiB; at least the kernel's ``AHEAD_BYTES``, 4 MiB): beyond ``per_worker_buffer_size``,
         an actor starts another element while the elements it holds ahead of ``next()`` take
         under this many bytes (the worker loop's byte allowance, which worker processes have at
-        1 MiB), and the consumer's credits ride on its fetch calls. So at Grain's default buffer of 1
+        4 MiB), and the consumer's credits ride on its fetch calls. So at Grain's default buffer of 1
         one actor call carries a group of elements of any size under it, where each element
         would otherwise cost a round trip; an actor's ``fetch`` holds what it could return until
         it makes a group of 3/8 of this many bytes or 64 elements, or the actor cannot go on
