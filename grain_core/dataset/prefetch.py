@@ -204,7 +204,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         self._buffer: collections.deque[tuple[int, int, Any, bool]] = collections.deque()
         self._read_to = self._next_index
         self._current: Any = []
-        self._serve_stop = 0  # len(_current) while __next__ may serve it before the guard, else 0
+        self._serve_stop = 0  # __next__ serves _current below this before the guard (see there)
         self._current_start = self._next_index
         self._current_pos = 0
         self._current_dense = True  # the current chunk holds no None (slices need no filtering)

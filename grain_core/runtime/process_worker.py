@@ -77,9 +77,9 @@ class PayloadFile:
     worker after the other, before the next worker can start; through the file it is written once,
     and every worker maps it and unpickles from the mapping, all at once. The file has no name: it
     is gone when the consumer (:meth:`close`, once the workers are started) and every worker
-    (after unpickling) have closed it, however they end. Pickled for a worker start, it travels
-    as a duplicated descriptor (``multiprocessing.reduction.DupFd``, as pipes do); a ``fork`` start
-    inherits it.
+    (after unpickling) have closed it, however they end. Pickled for a worker start (forkserver
+    or spawn), it travels as a duplicated descriptor (``multiprocessing.reduction.DupFd``, as
+    pipes do).
     """
 
     #: Whether this platform has anonymous memory files (else pipelines go through the pipe).

@@ -89,10 +89,12 @@ static void window_order(const uint8_t *keys, int rounds, int n, int64_t *out, u
 }
 
 static PyObject *window_orders(PyObject *self, PyObject *args) {
-    PyObject *seeds_obj;
+    PyObject *seeds_obj, *out_obj;
     int rounds, n;
     Py_buffer out;
-    if (!PyArg_ParseTuple(args, "Oiiw*", &seeds_obj, &rounds, &n, &out)) return NULL;
+    if (!PyArg_ParseTuple(args, "OiiO", &seeds_obj, &rounds, &n, &out_obj)) return NULL;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
     PyObject *seeds = NULL;
     uint32_t *words = NULL;
     uint8_t *keys = NULL, *work = NULL;
@@ -109,8 +111,11 @@ static PyObject *window_orders(PyObject *self, PyObject *args) {
     seeds = PySequence_Fast(seeds_obj, "window_orders: seeds must be a sequence of ints");
     if (!seeds) goto done;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seeds);
-    if (out.itemsize != 8 || !PyBuffer_IsContiguous(&out, 'C') ||
-        out.len != (Py_ssize_t)(count * n * 8)) {
+    /* int64 in native byte order: "l" or "q", optionally prefixed "@" or "=". */
+    const char *fmt = out.format ? out.format : "B";
+    if (fmt[0] == '@' || fmt[0] == '=') fmt++;
+    int is_int64 = (fmt[0] == 'l' || fmt[0] == 'q') && fmt[1] == 0;
+    if (out.itemsize != 8 || !is_int64 || out.len != (Py_ssize_t)(count * n * 8)) {
         PyErr_Format(PyExc_ValueError,
                      "window_orders: out must be a C-contiguous int64 buffer of len(seeds) * n = "
                      "%zd entries",

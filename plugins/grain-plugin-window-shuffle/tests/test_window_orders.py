@@ -69,14 +69,22 @@ def test_native_refuses_bad_arguments():
         native.window_orders([0, 1], 4, 10, out)
     with pytest.raises(ValueError, match="int64"):
         native.window_orders([0], 4, 10, np.empty(10, np.int32))
+    with pytest.raises(ValueError, match="int64"):  # 8 bytes, but not integers
+        native.window_orders([0], 4, 10, np.empty(10, np.float64))
+    with pytest.raises(ValueError, match="int64"):
+        native.window_orders([0], 4, 10, np.empty(10, np.uint64))
+    with pytest.raises(ValueError, match="int64"):  # not this machine's byte order
+        native.window_orders([0], 4, 10, np.empty(10, np.dtype(np.int64).newbyteorder()))
     with pytest.raises(ValueError, match="not below 2\\*\\*32"):
         native.window_orders([2**32], 4, 10, out)
     with pytest.raises(OverflowError):
         native.window_orders([-1], 4, 10, out)
     with pytest.raises(TypeError, match="sequence of ints"):
         native.window_orders(7, 4, 10, out)
-    with pytest.raises(TypeError):  # a read-only buffer
+    with pytest.raises((TypeError, BufferError)):  # a read-only buffer
         native.window_orders([0], 4, 10, bytes(80))
+    with pytest.raises((TypeError, BufferError, ValueError)):  # not C-contiguous
+        native.window_orders([0], 4, 10, np.empty((10, 2), np.int64)[:, 0])
 
 
 def _shuffled(window: int, n: int) -> list[int]:
