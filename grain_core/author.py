@@ -23,6 +23,8 @@ Seeds
   (:mod:`grain_core.seeds`, :mod:`grain_core.shuffle_cipher`).
 Validation
   ``check_int``, ``check_indices``, ``ArgumentTypeError``; ``mode_fields`` (Grain-exact options).
+Index arrays
+  ``unique_ints``: ``np.unique`` of an index array without its ``numpy.ma`` import.
 Worker shares (stages that split their input among ``mp_prefetch`` workers)
   ``claim_worker_share``, ``no_worker_share``, ``current_worker``, ``worker_share``, ...
 Trees and files
@@ -109,6 +111,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "shuffle_tables",
     ),
     "grain_core.validation": ("ArgumentTypeError", "check_indices", "check_int"),
+    "grain_core.index_arrays": ("unique_ints",),
     "grain_core.global_config": ("mode_fields",),
     "grain_core.tree": (
         "TreeStructureError",
@@ -243,6 +246,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         with_retries,
     )
     from grain_core.global_config import mode_fields
+    from grain_core.index_arrays import unique_ints
     from grain_core.plugins import (
         ENTRY_POINT_GROUP,
         PluginConflictError,

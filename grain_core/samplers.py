@@ -26,6 +26,7 @@ from numpy.random.bit_generator import ISpawnableSeedSequence
 
 from grain_core import global_config as _config
 from grain_core import shuffle_cipher as _cipher
+from grain_core.index_arrays import unique_ints
 from grain_core.records import RecordMetadata
 from grain_core.sharding import NoSharding, ShardOptions
 from grain_core.validation import check_instance, check_int
@@ -232,7 +233,7 @@ class IndexSampler:
                 local = self._perm(first)(local)
             else:
                 out = np.empty_like(local)
-                for e in np.unique(epochs).tolist():
+                for e in unique_ints(epochs).tolist():
                     sel = epochs == e
                     perm = _cipher.IndexPermutation(self._size, self._seed, e, grain_exact=self._grain_exact)  # type: ignore[arg-type]
                     out[sel] = perm(local[sel])

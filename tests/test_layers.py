@@ -97,6 +97,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "grain_core.suggest",
             "grain_core._safepath",
             "grain_core.filesystems",
+            "grain_core.index_arrays",
         ),
     ),
 ]

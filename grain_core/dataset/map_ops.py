@@ -19,6 +19,7 @@ from grain_core.dataset.batching import stack_batch, stack_batches
 from grain_core.dataset.callables import as_callable
 from grain_core.dataset.seed_lineage import SeedLineage
 from grain_core.dataset.sequential import even_split
+from grain_core.index_arrays import unique_ints
 from grain_core.validation import ArgumentTypeError, check_int
 
 
@@ -217,7 +218,7 @@ class ShuffleMapDataset(MapDataset):
             mapped = self._perm(first)(local) + first * n
         else:
             mapped = np.empty_like(idx)
-            for e in np.unique(epochs).tolist():
+            for e in unique_ints(epochs).tolist():
                 sel = epochs == e
                 perm = _cipher.IndexPermutation(n, self._seed, e, grain_exact=self._grain_exact)
                 mapped[sel] = perm(local[sel]) + e * n

@@ -17,6 +17,7 @@ from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.chunking import CHUNK_BYTES, can_unread, give_back_inflight, mix_chunk
 from grain_core.dataset.fast_next import list_serving_next
 from grain_core.dataset.iterator import DatasetIterator
+from grain_core.index_arrays import unique_ints
 from grain_core.transforms import DatasetSelectionMap
 
 
@@ -148,7 +149,7 @@ class MixedMapDataset(MapDataset):
             return [self.element_at(int(k)) for k in indices]
         datasets, within = self._pattern.locate_many(ks)
         out: list[Any] = [None] * ks.size
-        for d in np.unique(datasets).tolist():
+        for d in unique_ints(datasets).tolist():
             positions = np.flatnonzero(datasets == d)
             items = self._parents[d].__getitems__(within[positions])
             for p, x in zip(positions.tolist(), items):

@@ -145,6 +145,7 @@ class RoundRobinConsumer(DatasetIterator):
         self._elastic_problems: list[str | None] = [None] * k
         self._worker_stats: list[Any] | None = [None] * k if collect_stats else None
         self._credit_step = max(1, job.buffer_size // 2)
+        self._buffer_size = job.buffer_size
         # Garbage collection and interpreter exit stop the workers (the finalizer holds the pool).
         self._finalizer = weakref.finalize(self, pool.close)
 
@@ -239,11 +240,7 @@ class RoundRobinConsumer(DatasetIterator):
                     cur.position + 1,
                     ws[:i] + (nw,) + ws[i + 1 :],
                 )
-                if (
-                    not offset
-                    or not rest
-                    or consumed - self._credited[i] >= max(self._credit_step, size >> 1)
-                ):
+                if self._credit_due(offset == 0, rest, size - offset, consumed - self._credited[i], size):
                     self._credit(i, cur.generation, consumed)
                 # The commit: one store, then return with no call in between (an exception raised
                 # into next() lands before it, or in the caller after the element was returned).
@@ -337,10 +334,13 @@ class RoundRobinConsumer(DatasetIterator):
                 last_msg,
                 taken,
             )
-            if (
-                len(rest) < len(w.buffered)  # a message returned wholly
-                or not rest
-                or consumed - self._credited[j] >= max(self._credit_step, len(msg.elements) >> 1)
+            size = len(msg.elements)
+            if self._credit_due(
+                len(rest) < len(w.buffered),  # a message returned wholly
+                rest,
+                size - offsets[j] if last_msg is not None else 0,
+                consumed - self._credited[j],
+                size,
             ):
                 self._credit(j, cur.generation, consumed)
         new = _Cursor(cur.generation, i, cur.position + len(out), tuple(new_ws))
@@ -372,6 +372,28 @@ class RoundRobinConsumer(DatasetIterator):
         prev = self._prev
         if prev is not None and self._cursor.position == mark.position + 1 == prev.position + 1:
             self._cursor = prev  # the cursor just before that element was taken
+
+    def _credit_due(
+        self, whole: bool, rest: tuple[Elements, ...], left: int, uncredited: int, size: int
+    ) -> bool:
+        """Whether to send a worker its ``Consumed`` count now, after elements of a message of
+        ``size`` were returned: ``whole`` (the message is returned wholly), ``rest`` (its messages
+        received after it), ``left`` (its elements not returned yet), ``uncredited`` (elements
+        returned since the last credit).
+
+        A worker waits for a credit when its elements ahead exceed its buffer and either its count
+        bound or its byte allowance, which frees a message's bytes only once that message is
+        returned wholly. So a credit is sent when a message is returned wholly; in the middle of
+        the last message received only once the rest fits the buffer (before that, the count
+        cannot let the worker go on: each credit would be a system call and a wake-up of the
+        worker for nothing); and every half message or half buffer. The consumer never waits for a
+        worker while it holds elements of that worker's, so a held-back credit is always sent
+        before the consumer could wait for it."""
+        return (
+            whole
+            or (not rest and left <= self._buffer_size)
+            or uncredited >= max(self._credit_step, size >> 1)
+        )
 
     def _credit(self, i: int, generation: int, consumed: int) -> None:
         self._send(i, Consumed(generation, consumed))

@@ -351,7 +351,7 @@ class WorkerLoop:
 
     def _produce(self, room: int, extra: int, byte_room: int) -> None:
         """Produces and sends one group: ``room`` elements, or up to ``extra`` while they take
-        under ``byte_room`` bytes."""
+        under ``byte_room`` bytes and half the worker's byte allowance."""
         it = self.it
         assert it is not None
         self.fresh = False
@@ -375,6 +375,10 @@ class WorkerLoop:
         elif every > replay:  # marks too costly to bound the replay: the group bounds it
             extra = min(extra, replay)
         limit = min(max(room, extra, 1), MAX_MESSAGE_ELEMENTS)
+        # A group takes at most half the byte allowance, which frees a message's bytes only once
+        # it is returned wholly: the next group is produced while the consumer returns this one
+        # (a group taking the whole allowance left the worker waiting for that).
+        group_bytes = min(byte_room, self.ahead_bytes_limit // 2)
         next_mark = every
         lock = self.lock
         self.tick = False
@@ -411,7 +415,7 @@ class WorkerLoop:
             count += 1
             if size_of is not None:
                 nbytes += size_of(x)
-                if nbytes >= MAX_MESSAGE_BYTES or (count >= room and nbytes >= byte_room):
+                if nbytes >= MAX_MESSAGE_BYTES or (count >= room and nbytes >= group_bytes):
                     break
         with self.lock:
             self.group = None

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from grain_core.author import RetryPolicy, file_size, read_ranges
+from grain_core.author import RetryPolicy, file_size, read_ranges, unique_ints
 from grain_plugin_arrayrecord import http_ranges, riegeli
 
 __all__ = [
@@ -289,12 +289,12 @@ class RemoteReader:
             )
         if plan.singles is not None:  # one record per chunk: chunk c holds record c
             plan.cids = keys
-            plan.missing = _unique(keys)  # such chunks are never cached
+            plan.missing = unique_ints(keys)  # such chunks are never cached
             plan.singles = [None] * plan.missing.size  # decoded records, as ``missing``
         else:
             plan.cids = np.searchsorted(idx.record_starts, keys, side="right") - 1
             missing = []
-            for c in _unique(plan.cids).tolist():
+            for c in unique_ints(plan.cids).tolist():
                 got = _CHUNKS.get((self._key, c))
                 if got is None:
                     missing.append(c)
@@ -306,15 +306,6 @@ class RemoteReader:
         plan.spans = (plan.begins.tolist(), plan.ends.tolist())
         plan.requests = coalesce(plan.begins, plan.ends, self._max_gap, self._max_request)
         return plan
-
-
-def _unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` of int64s without ``np.unique`` (whose first call imports
-    ``numpy.ma``, ~10 ms)."""
-    out = np.sort(values)
-    if out.size > 1:
-        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
-    return out
 
 
 class _Plan:

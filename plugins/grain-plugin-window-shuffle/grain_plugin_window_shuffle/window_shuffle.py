@@ -36,6 +36,7 @@ from grain_core.author import (
     list_serving_next,
     make_state,
     mode_fields,
+    unique_ints,
 )
 from grain_plugin_window_shuffle.window_orders import window_tables
 
@@ -183,7 +184,7 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         if not self._clip:  # Grain's windows: over the global index, all of full length
             windows, local = np.divmod(idx, w)
             out = np.empty_like(idx)
-            for win in np.unique(windows).tolist():
+            for win in unique_ints(windows).tolist():
                 sel = windows == win
                 out[sel] = self._perm(0, win)(local[sel])
             return self._parent.__getitems__(windows * w + out)
@@ -196,7 +197,7 @@ class WindowShuffleMapDataset(OneParentMapDataset):
         else:
             nwin = -(-n // w)
             keys = epochs * nwin + windows
-            for key in np.unique(keys):
+            for key in unique_ints(keys).tolist():
                 sel = keys == key
                 e, win = divmod(int(key), nwin)
                 out[sel] = self._perm(e, win)(local[sel])
