@@ -168,3 +168,62 @@ def test_worker_loop_runs_exactly_to_its_bound(buffer, nbytes):
     ep.commands.put(api.Stop())
     thread.join(60)
     assert not thread.is_alive()
+
+
+def test_a_message_takes_at_most_half_the_byte_allowance():
+    """A worker's message counts against ``AHEAD_BYTES`` until it is returned wholly, so it takes
+    at most half of it (plus the element that crossed the line): the worker produces its next
+    message while the consumer returns the last. (A message as large as the whole allowance left
+    the worker waiting until the consumer had returned all of it.)"""
+    nbytes = 300_000
+    ds = grain.MapDataset.range(100_000).map(lambda x: np.full((nbytes // 8,), x)).to_iter_dataset(
+        grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+    )
+    job = api.WorkerJob.create(ds, MP(num_workers=1, per_worker_buffer_size=1))
+    ep = HeldEndpoint()
+    loop = api.WorkerLoop(job, 0, ep, size_of=lambda x: x.nbytes)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    ep.waiting.clear()
+    thread.start()
+    assert ep.waiting.wait(60)
+    ep.command(api.Start(0, None, 0))
+    for _ in range(12):
+        messages = [m for m in ep.sent if isinstance(m, api.Elements)]
+        # Everything but the latest message returned: the worker goes on beside it.
+        consumed = ep.produced() - len(messages[-1].elements)
+        before = ep.produced()
+        ep.command(api.Consumed(0, consumed))
+        assert ep.produced() > before, "the worker waited for its latest message to be returned"
+    sizes = [sum(x.nbytes for x in m.elements) for m in ep.sent if isinstance(m, api.Elements)]
+    assert max(sizes) < api.AHEAD_BYTES // 2 + nbytes, sizes
+    assert max(sizes) >= api.AHEAD_BYTES // 2, sizes  # and they did grow to it
+    ep.commands.put(api.Stop())
+    thread.join(60)
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("buffer", [1, 4])
+def test_when_the_consumer_credits_a_worker(buffer):
+    """``RoundRobinConsumer._credit_due``: a credit goes when a message is returned wholly, every
+    half message (or half buffer), and inside the last message received once the rest fits the
+    buffer, not for every element before that (a system call and a worker wake-up each that the
+    worker's bound cannot use)."""
+    from grain_core.runtime.consumer import RoundRobinConsumer
+
+    consumer = object.__new__(RoundRobinConsumer)
+    consumer._buffer_size = buffer
+    consumer._credit_step = max(1, buffer // 2)
+    due = consumer._credit_due
+    size = 16
+    later = (object(),)  # a message received after this one
+    assert due(True, (), 0, 1, size)  # returned wholly
+    assert due(True, later, 0, 1, size)
+    # Inside the last message received: held back until the rest fits the buffer ...
+    assert not due(False, (), buffer + 1, 1, size)
+    assert due(False, (), buffer, 1, size)
+    # ... unless half the message went uncredited.
+    assert due(False, (), size - 8, 8, size)
+    assert not due(False, (), size - 7, 7, size)
+    # With later messages received: every half message.
+    assert not due(False, later, 3, 1, size)
+    assert due(False, later, 3, size // 2, size)
