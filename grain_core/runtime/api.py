@@ -34,9 +34,9 @@ while those elements take under :data:`AHEAD_BYTES` (4 MiB) and number at most `
 plus the elements returned since its last (re)start (so read-ahead grows with consumption, and a
 restore starts as small as at ``buffer_size``): small elements travel many to a message without a
 credit round trip each. The consumer sends a :class:`Consumed` count (a credit)
-from ``next()`` as it hands elements out: when it has returned a whole message, when it holds
-nothing more of that worker's, and after half a message (or half the buffer, if more) since its
-last credit.
+from ``next()`` as it hands elements out: when it has returned a whole message, inside the last
+message it holds of that worker's once the rest fits the buffer, and after half a message (or half
+the buffer, if more) since its last credit.
 
 This module is the public import point of the runtime API (plugins, ``grain_core.author`` and the
 docs name it); it only re-exports. Each concern lives in a module of its own:
