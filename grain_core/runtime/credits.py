@@ -1,7 +1,7 @@
 """The credit channel of the process runtime: consumer -> worker, one per worker, on every platform.
 
-The consumer returns flow-control counts (:class:`~grain_core.runtime.messages.Consumed`) and its
-"copied out" counts to a worker as fixed 16-byte :class:`CreditRecord` s on a channel of their own,
+The consumer returns flow-control counts (:class:`~grain_core.runtime.messages.Consumed`) and the
+numbers of the messages it is done with to a worker as fixed 16-byte :class:`CreditRecord` s on a channel of their own,
 written by whichever thread has one to send (the thread that calls ``next()``, or the pool's I/O
 thread), never blocking. The channel is a ``socket.socketpair()`` (AF_UNIX where the platform has
 it, a loopback TCP pair on Windows): waitable by :mod:`grain_core.runtime.waiting`, passed to
@@ -27,9 +27,9 @@ __all__ = ["CreditReceiver", "CreditRecord", "CreditSender", "credit_channel"]
 @dataclasses.dataclass(frozen=True)
 class CreditRecord:
     """Consumer -> worker on the credit channel, packed as two little-endian int64 (16 bytes):
-    ``(generation, elements)`` is :class:`~grain_core.runtime.messages.Consumed`; ``(-1, messages)``
-    says the consumer has copied out ``messages`` element messages (absolute), so their
-    shared-memory segments are free."""
+    ``(generation, elements)`` is :class:`~grain_core.runtime.messages.Consumed`; ``(-1, number)``
+    says the consumer is done with the worker's element message ``number`` (copied out, or its
+    lent arrays gone; in any order), so its shared-memory segment is free."""
 
     generation: int
     count: int

@@ -66,6 +66,9 @@ class ShmElements:
     layouts: list[tuple[tuple[int, int], ...]]
     marks: tuple[Mark, ...] = ()
     fallback: str | None = None
+    #: The message's number among this worker's messages (0, 1, ...), which the consumer's
+    #: ``RELEASED`` record names when it is done with it.
+    number: int = 0
 
 
 class PayloadFile:
@@ -150,7 +153,6 @@ class _WorkerEndpoint:
     def __init__(self, boot: Boot):
         self.conn = boot.conn
         self.writer = shm.MessageWriter(boot.prefix, boot.min_free) if boot.use_shm else None
-        self.released = 0
         self.sent_messages = 0
         self.lock = threading.Lock()
         self.consumer_pid = boot.consumer_pid
@@ -174,16 +176,20 @@ class _WorkerEndpoint:
         # element go to the message's segment.
         w = self.writer
         fallback = None
-        if w is not None:
-            try:
-                w.add(m.elements)
-                name, payloads, layouts = w.finish()
-                return ShmElements(
-                    m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks
-                )
-            except shm.ShmFullError as e:
-                w.pass_through()
-                fallback = str(e)
+        if w is None:
+            return ShmElements(
+                m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], m.marks
+            )
+        number = w.messages
+        try:
+            w.add(m.elements)
+            name, payloads, layouts = w.finish()
+            return ShmElements(
+                m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks, None, number
+            )
+        except shm.ShmFullError as e:
+            w.pass_through()
+            fallback = str(e)
         return ShmElements(
             m.seq,
             m.generation,
@@ -194,6 +200,7 @@ class _WorkerEndpoint:
             [()],
             m.marks,
             fallback,
+            number,
         )
 
     def receive(self, timeout: float | None) -> Any:
@@ -220,18 +227,17 @@ class _WorkerEndpoint:
         records = self.credits.read()
         if not records:
             return
-        released = -1
+        released = []
         latest: Consumed | None = None
         for generation, count in records:
             if generation == CreditRecord.RELEASED:
-                released = max(released, count)
+                released.append(count)
             elif latest is None or (generation, count) >= (latest.generation, latest.elements):
                 latest = Consumed(generation, count)
-        if released > self.released and self.writer is not None:
+        if released and self.writer is not None:
             with self.lock:
-                while self.released < released:
-                    self.writer.release_oldest()
-                    self.released += 1
+                for number in released:
+                    self.writer.release(number)
         if latest is not None:
             self.credits_in.append(latest)
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -67,6 +68,10 @@ START_METHOD_ENV = "GRAIN_CORE_MP_START_METHOD"
 _PRELOAD = ("grain_core._forkserver_preload",)
 _STOP_GRACE_SECONDS = 0.5
 _forkserver_lock = threading.Lock()
+
+
+def _released_records(numbers: list[int]) -> bytes:
+    return b"".join(CreditRecord(CreditRecord.RELEASED, n).pack() for n in numbers)
 
 
 def default_start_method() -> str:
@@ -103,28 +108,41 @@ class _ProcessChannel:
         self.inbox: collections.deque[Any] = collections.deque()
         self.outbox: collections.deque[Any] = collections.deque()
         self.unsent_credit: Consumed | None = None  # left to the I/O thread (pipe was full)
-        self.read_messages = 0
-        self.released_sent = 0
+        # Numbers of the worker's messages the consumer is done with, not yet sent: appended when
+        # a message is copied out, or by a lent message's finalizer (any thread), see shm.
+        self.released: collections.deque[int] = collections.deque()
         self.lost: str | None = None  # how the worker was lost
 
     def send(self, message: Any) -> None:
         if isinstance(message, Consumed):
             # Any older unsent count is superseded: counts are absolute.
             self.unsent_credit = None
+            numbers = self._take_released()
             data = CreditRecord(message.generation, message.elements).pack()
-            read = self.read_messages
-            if read > self.released_sent:
-                data += CreditRecord(CreditRecord.RELEASED, read).pack()
-            if self.credits.write(data):
-                self.released_sent = max(self.released_sent, read)
+            if self.credits.write(data + _released_records(numbers)):
                 if self.credits.pending:  # part of it is left for the I/O thread to send
                     self._pool.wake()
             else:
+                self.released.extendleft(reversed(numbers))
                 self.unsent_credit = message
                 self._pool.wake()
             return
         self.outbox.append(message)
         self._pool.wake()
+
+    def _take_released(self) -> list[int]:
+        released = self.released
+        numbers = []
+        while released:
+            numbers.append(released.popleft())
+        return numbers
+
+    def send_released(self) -> None:
+        """Sends the numbers of the messages the consumer is done with (those that do not fit the
+        channel stay queued)."""
+        numbers = self._take_released()
+        if numbers and not self.credits.write(_released_records(numbers)):
+            self.released.extendleft(reversed(numbers))
 
     def write_record(self, record: CreditRecord) -> bool:
         """Writes one record to the credit channel; False when it is full (nothing written)."""
@@ -154,7 +172,7 @@ class ProcessPool:
     def __init__(self, runtime: ProcessRuntime, job: WorkerJob):
         self.prefix = shm.new_shm_prefix()
         self.channels: list[_ProcessChannel] = []
-        self._reader = shm.MessageReader()
+        self._reader = shm.MessageReader()  # lends once /dev/shm's room is known, below
         self._closed = False
         self._close_lock = threading.Lock()
         # Wake-up channels inside this process: socket pairs, waitable on every platform
@@ -181,6 +199,8 @@ class ProcessPool:
                 f"/dev/shm has only {free >> 20} MiB free (at least {(2 * min_free) >> 20} MiB "
                 f"wanted, see {shm.MIN_FREE_ENV})"
             )
+        if use_shm:
+            self._reader.lend_bytes = min(shm.LEND_BYTES, (free or 0) // 8)
         ctx = runtime.context()
         self._thread: threading.Thread | None = None
         payload_file = None
@@ -348,10 +368,8 @@ class ProcessPool:
                 if ch.write_record(CreditRecord(credit.generation, credit.elements)):
                     if ch.unsent_credit is credit:
                         ch.unsent_credit = None
-            read = ch.read_messages
-            if read > ch.released_sent and not ch.inbox:
-                if ch.write_record(CreditRecord(CreditRecord.RELEASED, read)):
-                    ch.released_sent = max(ch.released_sent, read)
+            if ch.released and not ch.inbox:  # else they ride on the consumer's next credit
+                ch.send_released()
 
     def _drain(self, ch: _ProcessChannel) -> bool:
         """Reads what a dead worker left in its pipe; True when something was read."""
@@ -374,7 +392,12 @@ class ProcessPool:
             return
         if isinstance(msg, ShmElements):
             try:
-                (elements,) = self._reader.read(msg.segment, msg.payloads, msg.layouts)
+                (elements,) = self._reader.read(
+                    msg.segment,
+                    msg.payloads,
+                    msg.layouts,
+                    functools.partial(ch.released.append, msg.number),
+                )
             except Exception as e:  # an unreadable message: the worker's failure
                 import traceback
 
@@ -385,7 +408,6 @@ class ProcessPool:
                 msg_out = Elements(
                     msg.seq, msg.generation, msg.state, msg.skip, elements, msg.marks
                 )
-            ch.read_messages += 1
             if msg.fallback is not None:
                 self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
             msg = msg_out

@@ -6,14 +6,20 @@ Contract:
   :data:`INBAND_LIMIT` bytes (numpy arrays' data) are taken *out of band*: they are written, aligned,
   into one shared-memory segment per message (``shm_open`` under ``/dev/shm``), never pickled.
   Smaller buffers stay in the pickle, where copying them is cheaper than a segment.
-* The consumer copies every out-of-band buffer into a fresh, consumer-owned, writable numpy buffer
-  (:meth:`MessageReader.read`). Arrays handed to the user therefore never alias shared memory.
+* The consumer either copies a message's out-of-band buffers into fresh, consumer-owned, writable
+  numpy buffers, or *lends* them (:meth:`MessageReader.read` with a ``release`` callback): the
+  arrays handed out are then writable views of the segment, and the segment goes back to its
+  worker only when every array of the message is gone (garbage collected), so the worker never
+  writes under an array the user holds. A reader lends a message whose buffers span at least
+  :data:`LEND_MIN_BYTES` while what it has lent and not had back stays under its ``lend_bytes``;
+  beyond, it copies (a user who keeps arrays cannot pin more than ``lend_bytes`` of segments).
 * Segments are *pooled* per worker (:class:`MessageWriter`): a worker writes each message into one
-  of its own segments and reuses that segment once the consumer has copied the message out (its
-  credit came back, :meth:`MessageWriter.release_oldest`) or the message became outdated (a new
-  generation, :meth:`MessageWriter.release_all`). A segment's pages are thus allocated once, not per
-  message, and both sides keep their segments mapped (no ``shm_open`` / ``ftruncate`` / ``unlink``
-  per message). A worker has at most as many segments as it may have messages in flight.
+  of its own segments and reuses that segment once the consumer is done with the message (copied
+  out, or its lent arrays gone: :meth:`MessageWriter.release`, by the message's number) or the
+  message became outdated (:meth:`MessageWriter.release_all`). A segment's pages are thus
+  allocated once, not per message, and both sides keep their segments mapped (no ``shm_open`` /
+  ``ftruncate`` / ``unlink`` per message). A worker has at most as many segments as it has
+  messages in flight or lent.
 * The reader unlinks a segment's name as soon as it has opened it (both sides then hold it; the
   memory goes when both are gone, however they end) and keeps the descriptor to follow a grown
   segment. Segment names start with a per-iterator prefix holding the consumer's pid
@@ -46,6 +52,8 @@ import os
 import pickle
 import re
 import secrets
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,6 +69,8 @@ SHM_AVAILABLE = _posixshmem is not None
 
 __all__ = [
     "INBAND_LIMIT",
+    "LEND_BYTES",
+    "LEND_MIN_BYTES",
     "SHM_AVAILABLE",
     "MessageReader",
     "MessageWriter",
@@ -74,6 +84,12 @@ __all__ = [
 ]
 
 INBAND_LIMIT = 1024
+#: A message whose buffers span fewer bytes is copied out even by a lending reader: copying it is
+#: cheap, and a lent segment stays pinned while the user holds any array of the message.
+LEND_MIN_BYTES = 1 << 16
+#: What the process runtime's reader may have lent and not had back, at most (and at most 1/8 of
+#: ``/dev/shm``): beyond it, messages are copied out.
+LEND_BYTES = 64 << 20
 _ALIGN = 64
 _SHM_DIR = "/dev/shm"
 _GRANULE = 1 << 16  # segment sizes are rounded up to this (tmpfs allocates pages only when written)
@@ -156,17 +172,20 @@ class _Segment:
 class MessageWriter:
     """Collects elements for one message; ``finish`` writes their buffers into a pooled segment.
 
-    The owner tells the writer when the consumer is done with a message: ``release_oldest`` (a
-    credit for the oldest message in flight came back) and ``release_all`` (every message sent so
-    far is outdated or read, e.g. at a new generation)."""
+    Messages are numbered in the order they are finished (or passed through) from 0;
+    :attr:`messages` is the number the next one gets. The owner tells the writer when the consumer
+    is done with a message: ``release(number)`` (copied out, or its lent arrays gone, in any
+    order), ``release_oldest`` (the oldest message still held) and ``release_all`` (every message
+    sent so far is outdated or read)."""
 
     def __init__(self, prefix: str, min_free: int = 0):
         self._prefix = prefix
         self._min_free = min_free
         self._seq = 0
         self._free: list[_Segment] = []
-        # Per message in flight, oldest first: its segment (None: the message had none).
-        self._busy: collections.deque[_Segment | None] = collections.deque()
+        # Per message in flight or lent, by number, oldest first: its segment (None: it had none).
+        self._busy: dict[int, _Segment | None] = {}
+        self.messages = 0
         self.reset()
 
     def reset(self) -> None:
@@ -256,7 +275,8 @@ class MessageWriter:
             for offset, raw in self._buffers:
                 raw = raw.cast("B")
                 view[offset : offset + raw.nbytes] = raw
-        self._busy.append(seg)
+        self._busy[self.messages] = seg
+        self.messages += 1
         msg = (None if seg is None else seg.name, self._payloads, self._layouts)
         self.reset()
         return msg
@@ -265,14 +285,20 @@ class MessageWriter:
         """Records a message sent without a segment (elements pickled whole), so that
         ``release_oldest`` still pairs with messages in order. Drops what was collected."""
         self.reset()
-        self._busy.append(None)
+        self._busy[self.messages] = None
+        self.messages += 1
+
+    def release(self, number: int) -> None:
+        """The consumer is done with message ``number``: its segment is free again (a number not
+        held, e.g. released twice, changes nothing)."""
+        seg = self._busy.pop(number, None)
+        if seg is not None:
+            self._free.append(seg)
 
     def release_oldest(self) -> None:
-        """The consumer is done with the oldest message in flight: its segment is free again."""
+        """The consumer is done with the oldest message still held: its segment is free again."""
         if self._busy:
-            seg = self._busy.popleft()
-            if seg is not None:
-                self._free.append(seg)
+            self.release(next(iter(self._busy)))
 
     def release_all(self) -> None:
         """Every message sent so far is read or outdated: all segments are free again."""
@@ -291,18 +317,24 @@ class MessageWriter:
 class MessageReader:
     """The consumer side: opens each worker segment once, unlinks its name at once (both sides now
     hold it, so nothing is left in ``/dev/shm`` if either dies) and keeps it mapped; copies a
-    message's buffers out into fresh arrays."""
+    message's buffers out into fresh arrays, or lends them (see :meth:`read`) while what it has
+    lent and not had back stays under ``lend_bytes`` (0, the default: it always copies)."""
 
-    def __init__(self) -> None:
+    def __init__(self, lend_bytes: int = 0) -> None:
         # name -> (fd, mapping or None, uint8 array over it or None)
         self._maps: dict[str, tuple[int, mmap.mmap | None, np.ndarray | None]] = {}
+        self.lend_bytes = lend_bytes
+        self.lent = 0  # bytes lent and not had back, as of the last read
+        # Bytes of lent messages whose arrays are gone: appended by their finalizers (in whatever
+        # thread drops the last array, or the garbage collector), drained by ``read``.
+        self._returned: collections.deque[int] = collections.deque()
 
     def _mapping(self, name: str, end: int) -> np.ndarray:
         entry = self._maps.get(name)
         if entry is not None and entry[2] is not None and entry[2].nbytes >= end:
             return entry[2]
         if entry is None:
-            fd = _posixshmem.shm_open("/" + name, os.O_RDONLY, 0o600)
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0o600)
             # Kept before the name is unlinked: an interrupt (Ctrl-C, a signal handler's
             # exception) after the unlink must not lose the only way back to the segment, since
             # a message interrupted while read is read again.
@@ -317,7 +349,7 @@ class MessageReader:
             raise OSError(
                 f"shared-memory segment {name!r} is smaller than its message ({end} bytes)"
             )
-        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        m = mmap.mmap(fd, size)  # writable: lent arrays are the user's to write
         arr = np.frombuffer(m, dtype=np.uint8)
         self._maps[name] = (fd, m, arr)
         return arr
@@ -344,22 +376,71 @@ class MessageReader:
             except OSError:
                 pass
 
-    def read(self, name: str | None, payloads: list[bytes], layouts: list[tuple]) -> list[Any]:
-        """Returns the elements of a message, copying its buffers out of the segment."""
+    def read(
+        self,
+        name: str | None,
+        payloads: list[bytes],
+        layouts: list[tuple],
+        release: Callable[[], None] | None = None,
+    ) -> list[Any]:
+        """Returns the elements of a message.
+
+        Without ``release``, its buffers are copied out of the segment. With it, the message is
+        *lent* when its buffers span at least :data:`LEND_MIN_BYTES` and fit under ``lend_bytes``
+        with what is lent already: its arrays are then writable views of the segment, and
+        ``release()`` is called once every one of them is gone; otherwise the buffers are copied
+        and ``release()`` is called before this returns. ``release`` must not block or take a
+        lock: it may run in any thread, inside the garbage collector (appending to a deque is
+        right). It is called only for a message this returns (not when unpickling fails or is
+        interrupted: a message read again is released once)."""
         if name is None:
-            return [pickle.loads(p) for p in payloads]
+            out = [pickle.loads(p) for p in payloads]
+            if release is not None:
+                release()
+            return out
         end = max((o + n for layout in layouts for o, n in layout), default=0)
         seg = self._mapping(name, end)
+        returned = self._returned
+        while returned:
+            self.lent -= returned.popleft()
+        start = min((o for layout in layouts for o, _ in layout), default=end)
+        span = end - start
+        if (
+            release is None
+            or span < LEND_MIN_BYTES
+            or self.lent + span > self.lend_bytes
+        ):
+            out = []
+            for data, layout in zip(payloads, layouts):
+                buffers = [seg[o : o + n].copy() for o, n in layout]
+                out.append(pickle.loads(data, buffers=buffers))
+            if release is not None:
+                release()
+            return out
+        mapping = self._maps[name][1]
+        assert mapping is not None  # mapped by _mapping above
+        # A block made from a memoryview of the mapping: every array the unpickling makes views it
+        # (numpy keeps the block as their base), so the block dies with the last of them; it also
+        # holds an export of the mapping, which therefore stays mapped until then.
+        block = np.frombuffer(memoryview(mapping)[start:end], dtype=np.uint8)
         out = []
         for data, layout in zip(payloads, layouts):
-            buffers = [seg[o : o + n].copy() for o, n in layout]
+            buffers = [block[o - start : o - start + n] for o, n in layout]
             out.append(pickle.loads(data, buffers=buffers))
+        self.lent += span
+        weakref.finalize(block, _returned, returned, span, release).atexit = False
         return out
 
     def close(self) -> None:
         """Unmaps and closes every segment (idempotent)."""
         for name in list(self._maps):
             self._forget(name)
+
+
+def _returned(returned: collections.deque[int], span: int, release: Callable[[], None]) -> None:
+    """A lent message's last array is gone: its bytes are back, its segment is the worker's."""
+    returned.append(span)
+    release()
 
 
 def discard(name: str | None) -> None:
