@@ -36,7 +36,7 @@ Plugins and runtimes
   ``Failure`` / ...), see ``docs/writing-plugins.md``, "Write a runtime".
 Shared memory (a runtime whose workers share the consumer's host)
   ``MessageWriter`` / ``MessageReader``, ``ShmFullError``, ``new_shm_prefix``, ``sweep_shm``,
-  ``reclaim_stale_shm``, ``shm_min_free_bytes``, ``SHM_AVAILABLE``: ``mp_prefetch``'s transport
+  ``reclaim_stale_shm``, ``shm_min_free_bytes``, ``lend_allowance``, ``SHM_AVAILABLE``: ``mp_prefetch``'s transport
   (:mod:`grain_core.runtime.shm`), see ``docs/writing-plugins.md``, "Shared memory for a runtime".
 Threads
   ``ReadAhead``: an iterator read ahead by a background thread with exact states, bounded stops
@@ -182,6 +182,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "MessageReader",
         "MessageWriter",
         "ShmFullError",
+        "lend_allowance",
         "new_shm_prefix",
         "reclaim_stale_shm",
         "shm_min_free_bytes",
@@ -290,6 +291,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         MessageReader,
         MessageWriter,
         ShmFullError,
+        lend_allowance,
         new_shm_prefix,
         reclaim_stale_shm,
         shm_min_free_bytes,

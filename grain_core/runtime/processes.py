@@ -200,7 +200,7 @@ class ProcessPool:
                 f"wanted, see {shm.MIN_FREE_ENV})"
             )
         if use_shm:
-            self._reader.lend_bytes = min(shm.LEND_BYTES, (free or 0) // 8)
+            self._reader.lend_bytes = shm.lend_allowance()
         ctx = runtime.context()
         self._thread: threading.Thread | None = None
         payload_file = None

@@ -77,6 +77,7 @@ __all__ = [
     "discard",
     "ShmFullError",
     "free_bytes",
+    "lend_allowance",
     "shm_min_free_bytes",
     "new_shm_prefix",
     "reclaim_stale_shm",
@@ -460,6 +461,13 @@ def free_bytes() -> int | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize
+
+
+def lend_allowance() -> int:
+    """The ``lend_bytes`` of a runtime's :class:`MessageReader`: :data:`LEND_BYTES`, and at most 1/8
+    of what ``/dev/shm`` has free now (0 when that cannot be told)."""
+    free = free_bytes()
+    return 0 if free is None else min(LEND_BYTES, free // 8)
 
 
 def shm_min_free_bytes() -> int:

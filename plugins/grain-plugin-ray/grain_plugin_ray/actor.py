@@ -9,16 +9,18 @@ to an :class:`ActorEndpoint`: two queues that the actor's methods fill and drain
 * ``post(seq, message)``: a command from the consumer. Calls of a threaded actor may run out of
   order, so commands carry the consumer's sequence number and the endpoint hands them to the loop
   in that order.
-* ``fetch(acked, wait_s, credit)``: posts ``credit`` (a ``(seq, Consumed)`` command, or None),
-  then returns every message the loop sent after message ``acked``, waiting up to
+* ``fetch(acked, wait_s, credit, released)``: posts ``credit`` (a ``(seq, Consumed)`` command, or
+  None) and the numbers of the shared-memory parts the consumer gave back (``released``, see
+  below), then returns every message the loop sent after message ``acked``, waiting up to
   ``wait_s`` seconds for the first; with nothing to return, it returns at once while the loop
   waits for a command with elements sent and not credited (it may wait for a credit, which the
   consumer's next fetch carries). Batches of elements travel as the method's return value, through Ray's
   object store (numpy leaves of large results are zero-copy views for the consumer).
 * On the consumer's own Ray node, groups of elements travel through shared memory instead
   (:mod:`grain_plugin_ray.shm_path`): ``send`` writes each group's large buffers into a pooled
-  segment and the outbox keeps a small descriptor; a segment is reused once the consumer
-  acknowledged its group.
+  segment and the outbox keeps a small descriptor; a segment is reused once the consumer gave its
+  part back (its arrays are gone), or, for a group the consumer never reads, once it acknowledged
+  the group.
 * ``hurry()``: the consumer waits for this actor's next message; the fetch in flight (or the next
   one) returns as soon as it has one.
 
@@ -39,6 +41,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from grain_core.author import AHEAD_BYTES, Consumed, WorkerJob, WorkerLoop, nbytes
@@ -81,11 +84,13 @@ class ActorEndpoint:
     def __init__(self, group_bytes: int = 0, sender: ShmSender | None = None) -> None:
         self._cond = threading.Condition()
         # The one-host path: every Elements message is encoded by the sender, in outbox order
-        # (under _send_lock); each acknowledged one frees its segment before the next write.
+        # (under _send_lock); the writer entries given back (by the consumer, or with an
+        # acknowledged message it never reads) are freed before the next write.
         self._sender = sender
         self._send_lock = threading.Lock()
-        self._release_due = 0
-        self._entries: collections.deque[int] = collections.deque()  # writer entries per message
+        self._release_due: list[int] = []
+        # Per outbox message, the writer entries to free once it is acknowledged.
+        self._entries: collections.deque[list[int]] = collections.deque()
         self._waiting: dict[int, list[Any]] = {}  # commands that came before an earlier seq
         self._ready: collections.deque[Any] = collections.deque()
         self._next_command = 0
@@ -113,10 +118,10 @@ class ActorEndpoint:
                 self._sent = (gen, n + size[0]) if same else (message.generation, size[0])
             if self._sender is not None and size[1] >= 0:
                 with self._cond:
-                    release, self._release_due = self._release_due, 0
+                    release, self._release_due = self._release_due, []
                 message, entries = self._sender.encode(message, release)
             else:
-                entries = 0
+                entries = []
             with self._cond:
                 self._outbox.append(message)
                 self._sizes.append(size)
@@ -187,14 +192,15 @@ class ActorEndpoint:
             self._hurry = True
             self._cond.notify_all()
 
-    def fetch(self, acked: int, wait_s: float) -> list[Any]:
+    def fetch(self, acked: int, wait_s: float, released: Iterable[int] = ()) -> list[Any]:
         deadline = time.monotonic() + wait_s
         with self._cond:
+            self._release_due.extend(released)  # parts the consumer gave back
             while self._outbox and self._outbox[0].seq <= acked:
                 self._outbox.popleft()
                 size = self._sizes.popleft()
                 self._count(size, -1)
-                # Its segments are free: the consumer copied the message out.
+                # The entries of a message sent as it was (the consumer reads no part of it).
                 self._release_due += self._entries.popleft()
             while not self._outbox:
                 left = deadline - time.monotonic()
@@ -264,11 +270,18 @@ class WorkerActor:
     def post(self, seq: int, message: Any) -> None:
         self._endpoint.post(seq, message)
 
-    def fetch(self, acked: int, wait_s: float, credit: tuple[int, Any] | None = None) -> list[Any]:
-        """``credit``: a ``(seq, Consumed)`` command the consumer sends with this call."""
+    def fetch(
+        self,
+        acked: int,
+        wait_s: float,
+        credit: tuple[int, Any] | None = None,
+        released: tuple[int, ...] = (),
+    ) -> list[Any]:
+        """``credit``: a ``(seq, Consumed)`` command the consumer sends with this call;
+        ``released``: the numbers of the shared-memory parts it gave back."""
         if credit is not None:
             self._endpoint.post(*credit)
-        return self._endpoint.fetch(acked, wait_s)
+        return self._endpoint.fetch(acked, wait_s, released)
 
     def hurry(self) -> None:
         self._endpoint.hurry()

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from grain_core.author import AHEAD_BYTES, Consumed, WorkerLostError, nbytes
 from grain_plugin_ray.resume import ResumePoint
-from grain_plugin_ray.shm_path import ShmReceiver, forget_prefix, wait_gone
+from grain_plugin_ray.shm_path import Lending, ShmReceiver, forget_prefix, wait_gone
 
 
 class PlacementSettings(Protocol):
@@ -80,6 +80,7 @@ class RayChannel:
         self._hurried = False  # whether hurry() was posted for it
         self._starting = True  # no elements received since the last command was posted
         self._acked = 0  # seq of the last message received (every earlier one was too)
+        self._lending = Lending()  # this actor's shared-memory parts the user holds
         # Answered once the actor was placed and its constructor (the pipeline build) finished.
         self._location_ref = actor.location.remote()
         self._placed = False
@@ -156,6 +157,7 @@ class RayChannel:
         self._pool.release_shm([(self.name, self._pid())])
         self.actor, self.name = actor, name
         self._seq, self._acked, self._fetch = 0, 0, None
+        self._lending = Lending()  # the new actor numbers its parts afresh
         self._location_ref = actor.location.remote()
         self._placed, self._started_at = False, time.monotonic()
         self._to_post = commands
@@ -215,7 +217,11 @@ class RayChannel:
         # An interruption anywhere below loses nothing: messages stay in the actor until
         # acknowledged by a later fetch, and the consumer applies a repeated message once.
         try:
-            new = [self._pool.decode(m, self.name) for m in messages if m.seq > self._acked]
+            new = [
+                self._pool.decode(m, self.name, self._lending)
+                for m in messages
+                if m.seq > self._acked
+            ]
         except OSError as e:
             self.lost = f"({self._where()}) {e}"
             raise WorkerLostError(self.lost) from None
@@ -242,7 +248,8 @@ class RayChannel:
         credit = None
         if due is not None and not self._to_post:
             credit = (self._seq, self._resume.sent(due))
-        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS, credit)
+        released = tuple(self._lending.take(self._acked))
+        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS, credit, released)
         self._hurried = False
         if credit is not None and due is not None:  # after the call: an interruption only
             # posts the credit twice
@@ -380,11 +387,12 @@ class RayWorkerPool:
         self.closed = False
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
 
-    def decode(self, message: Any, actor: str) -> Any:
-        """``message`` with a shared-memory group read back into ``Elements`` of fresh arrays."""
+    def decode(self, message: Any, actor: str, lending: Lending | None = None) -> Any:
+        """``message`` with a shared-memory group read back into ``Elements`` (lent views of its
+        large parts, given back through ``lending``; see :mod:`grain_plugin_ray.shm_path`)."""
         if self._receiver is None:
             return message
-        return self._receiver.decode(message, actor)
+        return self._receiver.decode(message, actor, lending)
 
     def release_shm(self, actors: list[tuple[str, int | None]]) -> None:
         """Unlinks what is left of these dead (or killed) actors' segments (by actor name), once

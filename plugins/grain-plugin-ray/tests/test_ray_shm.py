@@ -8,13 +8,14 @@ exception, a killed actor (reported or replaced) and an interrupted iteration.
 
 from __future__ import annotations
 
+import gc
 import os
 
 import numpy as np
 import pytest
 from grain_plugin_ray import RayRuntime
 from grain_plugin_ray.actor import ActorEndpoint
-from grain_plugin_ray.shm_path import ShmGroup, ShmReceiver, ShmSender, forget_prefix
+from grain_plugin_ray.shm_path import Lending, ShmGroup, ShmReceiver, ShmSender, forget_prefix
 from ray_pipelines import pipeline
 
 import grain_core as grain
@@ -54,36 +55,95 @@ def _message(seq: int, n: int = 2) -> Elements:
 # --- without Ray ------------------------------------------------------------------------------------
 
 
-def test_endpoint_reuses_a_segment_once_its_group_is_acknowledged():
+def test_endpoint_reuses_a_segment_once_its_part_is_given_back():
     prefix = new_shm_prefix()
-    sender, receiver = ShmSender(prefix), ShmReceiver()
+    sender, receiver, lending = ShmSender(prefix), ShmReceiver(), Lending()
     endpoint = ActorEndpoint(group_bytes=0, sender=sender)
     try:
         segments = set()
         acked = 0
+        given_back: list[int] = []
         for seq in range(1, 11):
             endpoint.send(_message(seq))
-            (group,) = endpoint.fetch(acked, wait_s=5)
+            (group,) = endpoint.fetch(acked, wait_s=5, released=given_back)
             assert isinstance(group, ShmGroup) and group.seq == seq
             segments.update(name for name, _, _ in group.parts)
-            got = receiver.decode(group, "test")
+            got = receiver.decode(group, "test", lending)
             assert isinstance(got, Elements) and got.state == {"at": seq}
             for i, a in enumerate(got.elements):
                 np.testing.assert_array_equal(a, np.full(1 << 14, seq * 10 + i))
-                a[:] = -1  # writable, and a copy: the segment still holds the group
-            again = receiver.decode(group, "test").elements
+                assert a.flags.writeable
+            # Read again (a fetch result read twice after an interruption): the part goes back
+            # once the arrays of both reads are gone.
+            again = receiver.decode(group, "test", lending).elements
             assert [int(a[0]) for a in again] == [seq * 10, seq * 10 + 1]
+            del got, a
+            gc.collect()
+            assert lending.take(seq) == []  # ``again`` still holds the part
+            del again
+            gc.collect()
+            # Not before its group is acknowledged (a group not acknowledged may come again and
+            # be read from its segment again) ...
+            assert lending.take(seq - 1) == []
+            given_back = lending.take(seq)  # ... given back with the fetch that acknowledges it
+            assert given_back == list(group.numbers) and len(given_back) == 1
             acked = seq
-        # Acknowledged one by one: the segment of group k is free again when group k + 1 is sent
+        # Given back one by one: the segment of group k is free again when group k + 1 is sent
         # (released before the next write), so two segments serve all ten groups.
         assert len(segments) <= 2, segments
         # A group fetched again (the consumer was interrupted before acknowledging it) is the same
         # descriptor and reads back the same elements.
         endpoint.send(_message(11))
-        first = endpoint.fetch(acked, wait_s=5)
+        first = endpoint.fetch(acked, wait_s=5, released=given_back)
         again = endpoint.fetch(acked, wait_s=5)
         assert first == again
-        assert int(receiver.decode(again[0], "test").elements[1][0]) == 111
+        assert int(receiver.decode(again[0], "test", lending).elements[1][0]) == 111
+    finally:
+        sender.close()
+        receiver.close()
+        forget_prefix(prefix)
+
+
+def test_lending_settles_each_read_once_and_waits_for_the_acknowledgement():
+    lending = Lending()
+    first, second = lending.lend(5, seq=3), lending.lend(5, seq=3)  # part 5 read twice
+    first()
+    first()  # a read that failed, then its finalizer: that read is settled once
+    assert lending.take(3) == []  # the second read's arrays are still out
+    second()
+    assert lending.take(2) == []  # its message (seq 3) is not acknowledged yet
+    assert lending.take(3) == [5]
+    assert lending.take(3) == []
+
+
+def test_a_part_the_user_holds_is_never_rewritten():
+    """Elements kept by the user keep their part out: later groups go to other segments, and the
+    kept arrays keep their values; once dropped, the part goes back and its segment is reused."""
+    prefix = new_shm_prefix()
+    sender, receiver, lending = ShmSender(prefix), ShmReceiver(), Lending()
+    endpoint = ActorEndpoint(group_bytes=0, sender=sender)
+    try:
+        endpoint.send(_message(1))
+        (first,) = endpoint.fetch(0, wait_s=5)
+        kept = receiver.decode(first, "test", lending).elements
+        later = set()
+        for seq in range(2, 8):
+            endpoint.send(_message(seq))
+            (group,) = endpoint.fetch(seq - 1, wait_s=5, released=lending.take(seq - 1))
+            later.update(name for name, _, _ in group.parts)
+            receiver.decode(group, "test", lending)  # dropped at once: given back
+        assert first.parts[0][0] not in later
+        assert [int(a[0]) for a in kept] == [10, 11] and all((a == a[0]).all() for a in kept)
+        del kept
+        gc.collect()
+        taken = lending.take(7)  # group 1's part, and group 7's (dropped, not given back yet)
+        assert sorted(taken) == sorted([*first.numbers, *group.numbers])
+        # Given back with this fetch: the segments of those two parts are the free ones when
+        # group 8 is written.
+        assert endpoint.fetch(7, wait_s=0, released=taken) == []
+        endpoint.send(_message(8))
+        (group,) = endpoint.fetch(7, wait_s=5)
+        assert group.parts[0][0] in {first.parts[0][0], *later}
     finally:
         sender.close()
         receiver.close()
@@ -94,16 +154,19 @@ def test_a_large_message_is_written_in_parts_of_about_part_bytes():
     """A message of 10 x 256 KiB goes in parts of about PART_BYTES (1 MiB) each, so an actor's
     segments keep one size; the elements come back in order."""
     prefix = new_shm_prefix()
-    sender, receiver = ShmSender(prefix), ShmReceiver()
+    sender, receiver, lending = ShmSender(prefix), ShmReceiver(), Lending()
     endpoint = ActorEndpoint(group_bytes=0, sender=sender)
     try:
         big = Elements(1, 0, None, 0, [np.full(1 << 15, i) for i in range(10)])
         endpoint.send(big)
         (group,) = endpoint.fetch(0, wait_s=5)
         assert isinstance(group, ShmGroup) and len(group.parts) == 3  # 4 + 4 + 2 elements
-        got = receiver.decode(group, "test").elements
+        got = receiver.decode(group, "test", lending).elements
         assert [int(a[0]) for a in got] == list(range(10))
-        assert endpoint.fetch(1, wait_s=0) == []  # acknowledges the message
+        del got
+        gc.collect()
+        # Acknowledges the message and gives its three parts back.
+        assert endpoint.fetch(1, wait_s=0, released=lending.take(1)) == []
         endpoint.send(_message(2))  # its three segments are released before this write
         (group,) = endpoint.fetch(1, wait_s=5)
         assert {name for name, _, _ in group.parts} <= {f"{prefix}_{i}" for i in range(3)}
