@@ -141,5 +141,6 @@ def test_arrays_held_by_the_user_are_never_overwritten_and_segments_come_back(mo
     assert [int(a[0]) for a in kept] + rest == list(range(400))
     assert all((a == a[0]).all() for a in kept)  # nothing was written under a kept array
     assert lent > 0 and len(names) > 50, (lent, len(names))
-    assert len(set(names)) <= 16, sorted(set(names))  # segments were released and reused
+    # Without releases every message takes a segment of its own (~60 here).
+    assert len(set(names)) <= 24, sorted(set(names))  # segments were released and reused
     assert our_segments() == []
