@@ -248,8 +248,11 @@ class RayChannel:
         credit = None
         if due is not None and not self._to_post:
             credit = (self._seq, self._resume.sent(due))
-        released = tuple(self._lending.take(self._acked))
-        self._fetch = self.actor.fetch.remote(self._acked, FETCH_WAIT_SECONDS, credit, released)
+        released = self._lending.ready(self._acked)
+        self._fetch = self.actor.fetch.remote(
+            self._acked, FETCH_WAIT_SECONDS, credit, tuple(released)
+        )
+        self._lending.given(released)  # after the call: an interruption only sends them twice
         self._hurried = False
         if credit is not None and due is not None:  # after the call: an interruption only
             # posts the credit twice

@@ -163,9 +163,11 @@ class Lending:
         self._seq[number] = seq
         return functools.partial(self._returned.append, (number, token))
 
-    def take(self, acked: int) -> list[int]:
+    def ready(self, acked: int) -> list[int]:
         """The numbers of the parts whose every read has its arrays back, of messages up to seq
-        ``acked`` (each once; the others stay until their message is acknowledged)."""
+        ``acked`` (the others stay until their message is acknowledged). They stay ready until
+        :meth:`given`: a call that sends them and is interrupted before ``given`` sends them again
+        next time, which the actor ignores (a number is freed once)."""
         returned, out = self._returned, self._out
         while returned:
             number, token = returned.popleft()
@@ -176,10 +178,13 @@ class Lending:
             if not tokens:
                 del out[number]
                 self._free.append((self._seq.pop(number), number))
-        now = [number for seq, number in self._free if seq <= acked]
-        if now:
-            self._free = [(seq, number) for seq, number in self._free if seq > acked]
-        return now
+        return [number for seq, number in self._free if seq <= acked]
+
+    def given(self, numbers: list[int]) -> None:
+        """``numbers`` (from :meth:`ready`) went to the actor."""
+        if numbers:
+            sent = set(numbers)
+            self._free = [(seq, number) for seq, number in self._free if number not in sent]
 
 
 class ShmReceiver:
