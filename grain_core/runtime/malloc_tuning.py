@@ -1,8 +1,9 @@
 """glibc's malloc in the process that reads worker output (the consumer of ``mp_prefetch``, with
 any runtime).
 
-The consumer copies every element's large buffers out of shared memory into fresh arrays, and the
-training loop frees them moments later: a stream of same-sized allocations and frees. glibc's
+The consumer copies elements' large buffers out of shared memory into fresh arrays (those of
+messages it does not lend, see :mod:`grain_core.runtime.shm`), and the training loop frees them
+moments later: a stream of same-sized allocations and frees. glibc's
 default ("dynamic") thresholds let such a stream page-fault afresh for every element: after a
 large free it serves later allocations of that size from the heap, but trims the top of the heap
 back to the system whenever more than twice that size is free there, so the pages of the

@@ -12,15 +12,16 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
   interpreters start with ``PYTHONSAFEPATH=1``, so the working directory is never on their path
   before the consumer's ``sys.path`` (which has it only if the consumer had it) is applied.
 * One pipe per worker carries the typed messages. :class:`~grain_core.runtime.messages.Consumed` counts
-  (the flow-control credits) and the consumer's "copied out" counts take a second, one-way
-  channel per worker instead (a socket pair, :mod:`grain_core.runtime.credits`), as fixed 16-byte
+  (the flow-control credits) and the numbers of the messages the consumer is done with take a
+  second, one-way channel per worker instead (a socket pair, :mod:`grain_core.runtime.credits`), as fixed 16-byte
   :class:`~grain_core.runtime.credits.CreditRecord` s: the consumer's own thread writes a credit the
   moment ``next()`` hands an element out, with no hop through its I/O thread, never blocking, and
   the worker always reads whole records in order. :class:`~grain_core.runtime.messages.Elements` travel
   as one pickle of the element list per message (not one per element), with their numpy buffers
   in pooled shared-memory segments (:mod:`grain_core.runtime.shm`); the
-  consumer's I/O thread copies them out as soon as they arrive and tells the worker, which reuses
-  the segment. When ``/dev/shm`` has too little room (:func:`grain_core.runtime.shm.shm_min_free_bytes`)
+  consumer's I/O thread reads each message as it arrives, lending its arrays (views of the
+  segment, given back when they are gone) or copying them out (small messages, or past the
+  lending allowance), and the worker reuses the segment once it hears the message is done. When ``/dev/shm`` has too little room (:func:`grain_core.runtime.shm.shm_min_free_bytes`)
   elements are pickled through the pipe instead, with a warning saying how to enlarge ``/dev/shm``.
 * Nothing outlives the job: the consumer unlinks a segment's name as soon as it has opened it (both
   sides then hold it; the memory goes when both are gone); segment names carry the consumer's pid
