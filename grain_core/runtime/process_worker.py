@@ -175,32 +175,17 @@ class _WorkerEndpoint:
         # The whole list is one pickle (one call, not one per element); large buffers of every
         # element go to the message's segment.
         w = self.writer
-        fallback = None
         if w is None:
-            return ShmElements(
-                m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], m.marks
-            )
+            return _pickled(m)
         number = w.messages
         try:
             w.add(m.elements)
             name, payloads, layouts = w.finish()
-            return ShmElements(
-                m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks, None, number
-            )
         except shm.ShmFullError as e:
             w.pass_through()
-            fallback = str(e)
+            return _pickled(m, str(e), number)
         return ShmElements(
-            m.seq,
-            m.generation,
-            m.state,
-            m.skip,
-            None,
-            [_dumps(m.elements)],
-            [()],
-            m.marks,
-            fallback,
-            number,
+            m.seq, m.generation, m.state, m.skip, name, payloads, layouts, m.marks, None, number
         )
 
     def receive(self, timeout: float | None) -> Any:
@@ -244,6 +229,14 @@ class _WorkerEndpoint:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _pickled(m: Elements, fallback: str | None = None, number: int = 0) -> ShmElements:
+    """``m`` with its elements pickled whole, through the pipe (``fallback``: why not shared memory)."""
+    return ShmElements(
+        m.seq, m.generation, m.state, m.skip, None, [_dumps(m.elements)], [()], m.marks, fallback,
+        number,
+    )  # fmt: skip
 
 
 def _dumps(x: Any) -> bytes:

@@ -390,7 +390,7 @@ class RayWorkerPool:
         self.closed = False
         self.channels = [RayChannel(self, i, a, n) for i, (a, n) in enumerate(zip(actors, names))]
 
-    def decode(self, message: Any, actor: str, lending: Lending | None = None) -> Any:
+    def decode(self, message: Any, actor: str, lending: Lending) -> Any:
         """``message`` with a shared-memory group read back into ``Elements`` (lent views of its
         large parts, given back through ``lending``; see :mod:`grain_plugin_ray.shm_path`)."""
         if self._receiver is None:

@@ -83,8 +83,8 @@ class ShmGroup:
     state: Any
     skip: int
     parts: tuple[tuple[str | None, list[bytes], list[tuple]], ...]
+    numbers: tuple[int, ...]
     marks: tuple[Mark, ...] = ()
-    numbers: tuple[int, ...] = ()
 
 
 class ShmSender:
@@ -129,7 +129,7 @@ class ShmSender:
             return message, numbers
         return ShmGroup(
             message.seq, message.generation, message.state, message.skip, tuple(parts),
-            message.marks, tuple(numbers),
+            tuple(numbers), message.marks,
         ), []  # fmt: skip
 
     def close(self) -> None:
@@ -195,23 +195,19 @@ class ShmReceiver:
         self._reader = MessageReader(lend_bytes=lend_allowance())
         self._lock = threading.Lock()
 
-    def decode(self, message: Any, actor: str, lending: Lending | None = None) -> Any:
+    def decode(self, message: Any, actor: str, lending: Lending) -> Any:
         """``message`` with a :class:`ShmGroup` read back into an ``Elements``: lent views of its
-        large parts, given back through ``lending`` (without one, fresh arrays of every part)."""
+        large parts (copies of the others), each given back through ``lending``."""
         if not isinstance(message, ShmGroup):
             return message
         elements: list[Any] = []
-        numbers = message.numbers or (None,) * len(message.parts)
-        for (name, payloads, layouts), number in zip(message.parts, numbers):
-            release = None
-            if lending is not None and number is not None:
-                release = lending.lend(number, message.seq)
+        for (name, payloads, layouts), number in zip(message.parts, message.numbers):
+            release = lending.lend(number, message.seq)
             try:
                 with self._lock:
                     (part,) = self._reader.read(name, payloads, layouts, release)
             except BaseException as e:
-                if release is not None:
-                    release()  # this read holds nothing
+                release()  # this read holds nothing
                 if not isinstance(e, FileNotFoundError):
                     raise
                 raise OSError(
