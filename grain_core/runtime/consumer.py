@@ -18,7 +18,7 @@ from grain_core.dataset.base import IterDataset
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.runtime import round_robin
 from grain_core.runtime.job import WorkerJob
-from grain_core.runtime.malloc_tuning import tune_consumer_malloc
+from grain_core.runtime.malloc_tuning import tune_malloc
 from grain_core.runtime.messages import (
     Consumed,
     Elements,
@@ -126,7 +126,7 @@ class RoundRobinConsumer(DatasetIterator):
         collect_stats: bool = False,
     ):
         super().__init__()
-        tune_consumer_malloc()  # elements copied out and freed at the worker's rate: no re-faulting
+        tune_malloc()  # elements copied out and freed at the worker's rate: no re-faulting
         self._pool = pool
         self._channels = list(pool.channels)
         self._k = k = len(self._channels)

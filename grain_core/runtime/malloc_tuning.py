@@ -1,24 +1,26 @@
-"""glibc's malloc in the process that reads worker output (the consumer of ``mp_prefetch``, with
-any runtime).
+"""glibc's malloc in the processes an ``mp_prefetch`` pipeline runs in: the consumer (with any
+runtime) and each worker (process or actor).
 
-The consumer copies elements' large buffers out of shared memory into fresh arrays (those of
-messages it does not lend, see :mod:`grain_core.runtime.shm`), and the training loop frees them
-moments later: a stream of same-sized allocations and frees. glibc's
-default ("dynamic") thresholds let such a stream page-fault afresh for every element: after a
-large free it serves later allocations of that size from the heap, but trims the top of the heap
-back to the system whenever more than twice that size is free there, so the pages of the
-elements just freed go back to the kernel and the next elements fault them in again (zeroed).
-256 KiB elements through ``mp_prefetch(2)`` on 2 cores: the consumer spent about half its CPU time
-on those faults, and the pipeline ran 20-25% slower than with the thresholds fixed.
+Both sides run streams of same-sized allocations and frees. A worker's map makes an element's
+arrays, which are copied into shared memory and freed once sent; the consumer copies the buffers of
+messages it does not lend out of shared memory into fresh arrays (see
+:mod:`grain_core.runtime.shm`), which the training loop frees moments later. glibc's default
+("dynamic") thresholds let such a stream page-fault afresh for every element: after a large free
+it serves later allocations of that size from the heap, but trims the top of the heap back to the
+system whenever more than twice that size is free there, so the pages of the elements just freed
+go back to the kernel and the next elements fault them in again (zeroed). 256 KiB elements
+through ``mp_prefetch(2)`` on 2 cores: the consumer spent about half its CPU time on those faults
+(the pipeline ran 20-25% slower than with the thresholds fixed), and with the consumer tuned, the
+workers still spent about 15% more CPU per element than with theirs fixed too.
 
-:func:`tune_consumer_malloc` (called once per process, by the first ``RoundRobinConsumer``) sets
-the thresholds glibc's dynamic rule would itself end at for the largest allocations it moves to the
-heap: ``M_MMAP_THRESHOLD`` 32 MiB (allocations of that size or more stay separate mappings, freed at
-once) and ``M_TRIM_THRESHOLD`` 64 MiB (the freed top of the heap is returned beyond that). So the
-process keeps up to 64 MiB of freed heap for reuse, where the default would keep about twice its
-largest recent allocation. It does nothing where the C library is not glibc, when any
-``MALLOC_*_`` threshold variable is set (the user's own choice stands), or when
-``GRAIN_CORE_MALLOC_TUNING=0``.
+:func:`tune_malloc` (called once per process: by the first ``RoundRobinConsumer`` in the consumer,
+by ``WorkerLoop`` in each worker) sets the thresholds glibc's dynamic rule would itself end at for
+the largest allocations it moves to the heap: ``M_MMAP_THRESHOLD`` 32 MiB (allocations of that size
+or more stay separate mappings, freed at once) and ``M_TRIM_THRESHOLD`` 64 MiB (the freed top of the
+heap is returned beyond that). So the process keeps up to 64 MiB of freed heap for reuse, where the
+default would keep about twice its largest recent allocation. It does nothing where the C library
+is not glibc, when any ``MALLOC_*_`` threshold variable is set (the user's own choice stands), or
+when ``GRAIN_CORE_MALLOC_TUNING=0``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import os
 import platform
 import threading
 
-__all__ = ["MMAP_THRESHOLD", "OPT_OUT_ENV", "TRIM_THRESHOLD", "tune_consumer_malloc"]
+__all__ = ["MMAP_THRESHOLD", "OPT_OUT_ENV", "TRIM_THRESHOLD", "tune_malloc"]
 
 #: ``M_MMAP_THRESHOLD`` set: glibc's maximum for its dynamic threshold (on 64-bit systems).
 MMAP_THRESHOLD = 32 << 20
@@ -51,7 +53,7 @@ _lock = threading.Lock()
 _outcome: bool | None = None  # None: not tried yet in this process
 
 
-def tune_consumer_malloc() -> bool:
+def tune_malloc() -> bool:
     """Sets glibc's mmap and trim thresholds (see the module docstring) once per process; returns
     whether they are set by this module. Never raises."""
     global _outcome

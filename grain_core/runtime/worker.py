@@ -20,6 +20,7 @@ from typing import Any
 from grain_core.dataset import elastic
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.runtime.job import WorkerJob
+from grain_core.runtime.malloc_tuning import tune_malloc
 from grain_core.runtime.messages import (
     Consumed,
     Elements,
@@ -166,6 +167,7 @@ class WorkerLoop:
         # Progress seen by the flusher: next() calls started, and whether one is running.
         self.calls, self.in_next, self.tick = 0, False, False
         self.done = False
+        tune_malloc()  # elements made, sent and freed at this worker's rate: no re-faulting
         try:
             import cloudpickle
 
