@@ -26,17 +26,20 @@ pytestmark = [
     ),
 ]
 
-_CHURN = """
-import resource, sys
+# Minor page faults of a stream of 256 KiB arrays allocated and freed.
+_CHURN_FN = """
+import resource
 import numpy as np
 
-def churn():
+def churn(_=None):
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(50):
         arrays = [np.ones(256 * 1024 // 8) for _ in range(8)]
         del arrays
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+"""
 
+_CHURN = _CHURN_FN + """
 churn()  # the first large frees move glibc's dynamic thresholds
 import grain_core as grain
 from grain_core.runtime import malloc_tuning
@@ -48,26 +51,17 @@ churn()
 print(malloc_tuning.tune_malloc(), churn())
 """
 
-
 # In a worker: the map churns like the consumer above, after the worker loop started.
-_WORKER_CHURN = """
-import resource
-import numpy as np
+_WORKER_CHURN = _CHURN_FN + """
 import grain_core as grain
 from grain_core.runtime import malloc_tuning
 
-def churn(_):
-    def once():
-        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for _ in range(50):
-            arrays = [np.ones(256 * 1024 // 8) for _ in range(8)]
-            del arrays
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
-    once()  # the first large frees move glibc's dynamic thresholds
-    faults = once()
+def in_worker(_):
+    churn()  # the first large frees move glibc's dynamic thresholds
+    faults = churn()
     return malloc_tuning.tune_malloc(), faults  # (the worker loop's outcome, kept once set)
 
-ds = grain.MapDataset.range(1).map(churn).to_iter_dataset().mp_prefetch(
+ds = grain.MapDataset.range(1).map(in_worker).to_iter_dataset().mp_prefetch(
     grain.MultiprocessingOptions(num_workers=1)
 )
 ((tuned, faults),) = list(ds)
