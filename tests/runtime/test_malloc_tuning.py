@@ -31,7 +31,7 @@ _CHURN_FN = """
 import resource
 import numpy as np
 
-def churn(_=None):
+def churn():
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(50):
         arrays = [np.ones(256 * 1024 // 8) for _ in range(8)]
