@@ -103,7 +103,7 @@ def run(
         + ("; groups through the object store" if object_store else "")
     )
     # A Ray call costs ~1 ms where a pipe costs ~20 us: the actors group elements up to
-    # RayRuntime.ahead_bytes (16 MiB) per call whatever the buffer.
+    # RayRuntime.ahead_bytes (32 MiB) per call whatever the buffer.
     options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=buffer)
     runtime = RayRuntime(num_cpus=1, shared_memory=not object_store)
     out: dict = {}
