@@ -23,8 +23,9 @@ The layout, briefly:
 Every size, count, offset and the postscript's magic are checked, and so are each chunk's two
 hashes (``header_hash`` over the 32 header bytes after it, ``data_hash`` over the chunk's data: 64-bit
 HighwayHash keyed with ``"Riegeli/records\n"`` twice, as Riegeli writes them) when HighwayHash is
-installed (the ``highwayhash-cffi`` package, module ``highwayhash``; :data:`VERIFIES_HASHES` says
-whether it is): a truncated or damaged file is an ``ArrayRecordFormatError`` naming the file and the
+available (the plugin's C accelerator ``_riegeli_native``, built when the plugin is installed where
+a C compiler and the Python headers are present, else the ``highwayhash-cffi`` package, module
+``highwayhash``; :data:`VERIFIES_HASHES` says whether it is): a truncated or damaged file is an ``ArrayRecordFormatError`` naming the file and the
 byte offset. The hashes of the block headers inside the chunks decoded are checked too (those in
 holes read between wanted chunks are skipped unread, as a reader going from chunk to chunk would
 not meet them).
@@ -36,7 +37,7 @@ import dataclasses
 import struct
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,10 @@ CHUNK_TRANSPOSED = ord("t")
 _HEADER = struct.Struct("<QQQQQ")
 _HASH_KEY = b"Riegeli/records\n" * 2  # HighwayHash key: Riegeli's, as 4 little-endian uint64s
 
+try:  # the plugin's C accelerator (_riegeli_native.c), built where a C compiler was present
+    from grain_plugin_arrayrecord import _riegeli_native as _native
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    _native = None
 try:  # highwayhash-cffi: HighwayHash's reference C code
     from highwayhash import highwayhash_64 as _highwayhash_64
 except ImportError:  # pragma: no cover - exercised where the package is not installed
@@ -63,18 +68,37 @@ try:  # its cffi module, called directly with a key built once (the wrapper buil
 except ImportError:  # pragma: no cover
     _hh_lib = None
 
-#: Whether chunk hashes are verified (the ``highwayhash`` module of ``highwayhash-cffi`` imports).
-VERIFIES_HASHES = _highwayhash_64 is not None
 
-
-def highwayhash64(data: bytes | memoryview) -> int:
-    """Riegeli's 64-bit HighwayHash of ``data``; needs :data:`VERIFIES_HASHES`."""
+def _pick_hash() -> Callable[[bytes | bytearray | memoryview], int] | None:
+    if _native is not None:
+        native = _native.highwayhash64
+        return lambda data: native(data, _HASH_KEY)
     if _hh_lib is not None:
-        buf = _hh_ffi.from_buffer(data)
-        return int(_hh_lib.HighwayHash64(buf, len(buf), _HH_KEY))
-    if _highwayhash_64 is None:
-        raise RuntimeError("HighwayHash is not installed: pip install highwayhash-cffi")
-    return int.from_bytes(_highwayhash_64(_HASH_KEY, bytes(data)), sys.byteorder)
+        return lambda data: int(_hh_lib.HighwayHash64(_hh_ffi.from_buffer(data), len(data), _HH_KEY))
+    if _highwayhash_64 is not None:
+        return lambda data: int.from_bytes(_highwayhash_64(_HASH_KEY, bytes(data)), sys.byteorder)
+    return None
+
+
+#: Riegeli's HighwayHash as computed here: the accelerator's, else highwayhash-cffi's; None
+#: without either (hashes are then not checked).
+_hash = _pick_hash()
+#: Whether chunk hashes are verified (the plugin's C accelerator is built, or the ``highwayhash``
+#: module of ``highwayhash-cffi`` imports).
+VERIFIES_HASHES = _hash is not None
+#: Whether :func:`decode_singles` runs in C (the accelerator is built and found the system's
+#: libzstd); else it is a Python loop over highwayhash-cffi and ``zstandard``.
+NATIVE_DECODE = _native is not None and bool(_native.ZSTD)
+
+
+def highwayhash64(data: bytes | bytearray | memoryview) -> int:
+    """Riegeli's 64-bit HighwayHash of ``data``; needs :data:`VERIFIES_HASHES`."""
+    if _hash is None:
+        raise RuntimeError(
+            "HighwayHash is not available: reinstall grain-plugin-arrayrecord where a C compiler "
+            "is present, or pip install highwayhash-cffi"
+        )
+    return _hash(data)
 
 
 class ArrayRecordFormatError(ValueError):
@@ -143,7 +167,7 @@ def bad_block_header(data: bytes | bytearray | memoryview, begin: int) -> int:
     whose hash (HighwayHash of its 16 bytes after the hash, as Riegeli writes it) does not match,
     or -1; -1 too without :data:`VERIFIES_HASHES`. Headers only partly in the range are not
     checked."""
-    if _highwayhash_64 is None:
+    if _hash is None:
         return -1
     view = memoryview(data)
     first = -(-begin // BLOCK_SIZE) * BLOCK_SIZE  # first block boundary >= begin
@@ -270,7 +294,7 @@ def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
             begin,
         )
     header_hash, data_size, data_hash, type_and_count, decoded_size = _HEADER.unpack_from(data, 0)
-    if _highwayhash_64 is not None and highwayhash64(data[8:CHUNK_HEADER_SIZE]) != header_hash:
+    if _hash is not None and _hash(data[8:CHUNK_HEADER_SIZE]) != header_hash:
         raise ArrayRecordFormatError("the chunk header's hash does not match its bytes", path, begin)
     chunk_type, num_records = type_and_count & 0xFF, type_and_count >> 8
     body = memoryview(data)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + data_size]
@@ -280,7 +304,7 @@ def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
             path,
             begin,
         )
-    if _highwayhash_64 is not None and highwayhash64(body) != data_hash:
+    if _hash is not None and _hash(body) != data_hash:
         raise ArrayRecordFormatError("the chunk data's hash does not match its bytes", path, begin)
     if chunk_type == CHUNK_TRANSPOSED:
         raise ArrayRecordFormatError(
@@ -300,7 +324,7 @@ def decode_chunk(raw: bytes | memoryview, begin: int, path: str) -> Chunk:
     if pos + sizes_len > len(body):
         raise ArrayRecordFormatError("the record sizes run past the chunk", path, begin)
     values = decompress(body[pos + sizes_len :], compression, path, begin)
-    if num_records == 1 and _highwayhash_64 is not None:
+    if num_records == 1 and _hash is not None:
         # One record per chunk (group_size:1) whose data hash matched: its size is the values'
         # (checked against the header below); its own compressed copy need not be decoded.
         ends = [total := len(values)]
@@ -339,10 +363,33 @@ def decode_singles(
     about 60 of 1 KiB chunks) is decoded here too, from a copy without the header. Needs
     :data:`VERIFIES_HASHES` (all ``None`` without HighwayHash). A record returned here passed
     exactly the checks :func:`decode_chunk` makes of it: both hashes, the chunk type and count,
-    the sizes."""
+    the sizes. Runs in C where :data:`NATIVE_DECODE` (hashing and zstd without the GIL)."""
+    if _hash is None:
+        return [None] * len(begins)
+    if NATIVE_DECODE:
+        out, crossing = _native.decode_singles(data, base, begins, ends, _HASH_KEY)
+    else:
+        out, crossing = _decode_singles_python(data, base, begins, ends)
+    if crossing:
+        view = memoryview(data)
+        for k in crossing:  # from a copy without the block header (it fits in one block)
+            span = view[begins[k] - base : ends[k] - base]
+            if bad_block_header(span, begins[k]) >= 0:
+                continue  # the general path names it
+            flat = strip_block_headers(span, begins[k])
+            if len(flat) < BLOCK_SIZE - BLOCK_HEADER_SIZE:
+                out[k] = decode_singles(flat, 0, [0], [len(flat)])[0]
+    return out
+
+
+def _decode_singles_python(
+    data: bytes | bytearray, base: int, begins: Sequence[int], ends: Sequence[int]
+) -> tuple[list[bytes | None], list[int]]:
+    """:func:`decode_singles` without the accelerator (highwayhash-cffi and ``zstandard``): the
+    records and the chunks a block header interrupts, left ``None`` here."""
     out: list[bytes | None] = [None] * len(begins)
     if _hh_lib is None:
-        return out
+        return out, []
     crossing = []
     hh, key, unpack = _hh_lib.HighwayHash64, _HH_KEY, _HEADER.unpack_from
     ptr = _hh_ffi.from_buffer("uint8_t[]", data)
@@ -389,14 +436,7 @@ def decode_singles(
             continue
         if len(value) == decoded:
             out[k] = value
-    for k in crossing:  # from a copy without the block header (it fits in one block)
-        span = view[begins[k] - base : ends[k] - base]
-        if bad_block_header(span, begins[k]) >= 0:
-            continue  # the general path names it
-        flat = strip_block_headers(span, begins[k])
-        if len(flat) < BLOCK_SIZE - BLOCK_HEADER_SIZE:
-            out[k] = decode_singles(flat, 0, [0], [len(flat)])[0]
-    return out
+    return out, crossing
 
 
 def _footer_fields(values: bytes, ends: list[int]) -> tuple[np.ndarray, np.ndarray] | None:

@@ -25,6 +25,18 @@ OPTIONS = [
 ]
 
 
+@pytest.fixture(params=["native", "python"], autouse=True)
+def decoder(request, monkeypatch):
+    """Every test here runs with ``decode_singles`` in C (where the accelerator is built) and with
+    its Python loop (highwayhash-cffi and zstandard)."""
+    if request.param == "native":
+        if not riegeli.NATIVE_DECODE:
+            pytest.skip("the C accelerator is not built (test_riegeli_native says why)")
+    else:
+        monkeypatch.setattr(riegeli, "NATIVE_DECODE", False)
+    return request.param
+
+
 def _write(path, option: str, n: int = 300) -> None:
     rng = np.random.default_rng(len(option))
     w = ArrayRecordWriter(str(path), option)
@@ -73,7 +85,7 @@ def test_without_hashes_nothing_is_decoded_in_bulk_and_records_are_the_same(tmp_
     path = tmp_path / "f.array_record"
     _write(path, "group_size:1")
     _, begins, ends = _spans(path)
-    monkeypatch.setattr(riegeli, "_hh_lib", None)
+    monkeypatch.setattr(riegeli, "_hash", None)
     assert riegeli.decode_singles(path.read_bytes(), 0, begins, ends) == [None] * len(begins)
     reader = remote.RemoteReader(fsspec.filesystem("file"), str(path))
     assert reader.read(list(range(len(begins)))[::-1]) == _reference(path)[::-1]

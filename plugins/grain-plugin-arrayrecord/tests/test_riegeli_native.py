@@ -1,0 +1,70 @@
+"""The plugin's C accelerator (``_riegeli_native``): HighwayHash equal to HighwayHash's reference
+code (highwayhash-cffi, in the test extra) at every length a remainder path can take, and the
+accelerator built wherever it can be."""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import shutil
+import struct
+import sysconfig
+
+import numpy as np
+import pytest
+from grain_plugin_arrayrecord import riegeli
+
+pytestmark = pytest.mark.timeout(120)
+
+needs_native = pytest.mark.skipif(
+    riegeli._native is None,
+    reason="the C accelerator is not built (test_built_where_it_can_be says why)",
+)
+
+
+def test_built_where_it_can_be():
+    """Where a C compiler and the Python headers exist (CI, a developer's checkout), an install
+    builds the accelerator, and where the system has libzstd it decodes in C; a silently failed
+    build would leave the Python loop in use."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if shutil.which(cc) and os.path.exists(headers):
+        assert riegeli._native is not None, (
+            f"{cc} and {headers} exist but grain_plugin_arrayrecord._riegeli_native was not "
+            "built: reinstall the plugin and read the build log"
+        )
+        assert riegeli.VERIFIES_HASHES
+        assert riegeli.NATIVE_DECODE == (ctypes.util.find_library("zstd") is not None)
+    else:
+        assert riegeli._native is None and not riegeli.NATIVE_DECODE
+
+
+@needs_native
+def test_highwayhash_is_the_reference_codes():
+    from highwayhash._highwayhash import ffi, lib
+
+    rng = np.random.default_rng(7)
+    keys = [riegeli._HASH_KEY, rng.bytes(32)]
+    for key in keys:
+        ref_key = ffi.new("uint64_t[4]", list(struct.unpack("<4Q", key)))
+        for size in [*range(0, 130), 1000, 1024, 4096, 65_543]:
+            data = rng.bytes(size)
+            want = int(lib.HighwayHash64(ffi.from_buffer(data), size, ref_key))
+            assert riegeli._native.highwayhash64(data, key) == want, size
+            assert riegeli._native.highwayhash64(bytearray(data), key) == want
+    assert riegeli.highwayhash64(memoryview(b"abc")) == riegeli._native.highwayhash64(
+        b"abc", riegeli._HASH_KEY
+    )
+
+
+@needs_native
+def test_bad_arguments_are_refused_with_the_reason():
+    native = riegeli._native
+    with pytest.raises(ValueError, match="32 bytes"):
+        native.highwayhash64(b"x", b"short")
+    with pytest.raises(ValueError, match="differ in length"):
+        native.decode_singles(b"", 0, [0], [], riegeli._HASH_KEY)
+    with pytest.raises(TypeError):
+        native.decode_singles(b"", 0, ["a"], [1], riegeli._HASH_KEY)
+    # Spans outside the data are not read: the general path names them.
+    assert native.decode_singles(b"\0" * 100, 0, [50], [400], riegeli._HASH_KEY) == ([None], [])
