@@ -50,10 +50,14 @@ class PlacementSettings(Protocol):
     """What the pool reads of its ``RayRuntime`` (kept as a protocol so that this module does not
     import ``runtime``, which imports it)."""
 
-    start_timeout_s: float
-    num_cpus: float
-    resources: Mapping[str, float]
-    max_restarts: int
+    @property
+    def start_timeout_s(self) -> float: ...
+    @property
+    def num_cpus(self) -> float: ...
+    @property
+    def resources(self) -> Mapping[str, float]: ...
+    @property
+    def max_restarts(self) -> int: ...
 
 
 _log = logging.getLogger(__name__)

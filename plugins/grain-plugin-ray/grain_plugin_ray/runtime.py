@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -30,7 +31,7 @@ DEFAULT_AHEAD_BYTES = 32 << 20
 
 
 def _positive(name: str, value: Any, kind: type | tuple[type, ...] = int) -> None:
-    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, kind) or not typing.cast(float, value) > 0:
         raise ValueError(f"RayRuntime.{name} must be a positive number, got {value!r}.")
 
 
