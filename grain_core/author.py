@@ -38,6 +38,10 @@ Shared memory (a runtime whose workers share the consumer's host)
   ``MessageWriter`` / ``MessageReader``, ``ShmFullError``, ``new_shm_prefix``, ``sweep_shm``,
   ``reclaim_stale_shm``, ``shm_min_free_bytes``, ``lend_allowance``, ``SHM_AVAILABLE``: ``mp_prefetch``'s transport
   (:mod:`grain_core.runtime.shm`), see ``docs/writing-plugins.md``, "Shared memory for a runtime".
+  The whole pipe transport for workers on the consumer's host that the runtime starts itself:
+  ``PipePool`` / ``PipeChannel`` / ``PipeWorker`` (the consumer's side,
+  :mod:`grain_core.runtime.pipe_pool`), ``PipeEndpoint`` (the worker's side) and ``CreditSender``,
+  see ``docs/writing-plugins.md``, "The pipe transport for a runtime".
 Threads
   ``ReadAhead``: an iterator read ahead by a background thread with exact states, bounded stops
   and interrupt-safe commits (what thread prefetch and interleave's ``iter_buffer_size`` use).
@@ -176,6 +180,9 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "WorkerPool",
         "next_or_rollback",
     ),
+    "grain_core.runtime.credits": ("CreditSender",),
+    "grain_core.runtime.pipe_pool": ("PipeChannel", "PipePool", "PipeWorker"),
+    "grain_core.runtime.process_worker": ("PipeEndpoint",),
     "grain_core.runtime.read_ahead": ("ReadAhead",),
     "grain_core.runtime.shm": (
         "SHM_AVAILABLE",
@@ -285,6 +292,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
         WorkerPool,
         next_or_rollback,
     )
+    from grain_core.runtime.credits import CreditSender
+    from grain_core.runtime.pipe_pool import PipeChannel, PipePool, PipeWorker
+    from grain_core.runtime.process_worker import PipeEndpoint
     from grain_core.runtime.read_ahead import ReadAhead
     from grain_core.runtime.shm import (
         SHM_AVAILABLE,

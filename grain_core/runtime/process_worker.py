@@ -37,6 +37,7 @@ __all__ = [
     "Boot",
     "CreditRecord",
     "PayloadFile",
+    "PipeEndpoint",
     "ShmElements",
     "restore_environment",
     "worker_main",
@@ -149,17 +150,38 @@ class Boot:
 # --------------------------------------------------------------------------------------------------
 
 
-class _WorkerEndpoint:
-    def __init__(self, boot: Boot):
-        self.conn = boot.conn
-        self.writer = shm.MessageWriter(boot.prefix, boot.min_free) if boot.use_shm else None
+class PipeEndpoint:
+    """The worker's end of the pipe transport (a :class:`~grain_core.runtime.transport.WorkerEndpoint`
+    for a ``WorkerLoop``): ``conn`` the worker's end of the message pipe (a
+    ``multiprocessing.connection.Connection``), ``credits`` its end of the credit channel (a
+    socket). Elements go out as :class:`ShmElements` in segments named from ``prefix`` (with
+    ``use_shm``; pickled through the pipe otherwise, or when ``/dev/shm`` keeps less than
+    ``min_free`` bytes free); a segment is reused once the consumer's credit channel says it is
+    done with its message. :meth:`receive` raises ``EOFError`` when the consumer closed its end or
+    its process ``consumer_pid`` is gone. The consumer's side is
+    :class:`~grain_core.runtime.pipe_pool.PipePool`. Call :meth:`close` when the loop has ended."""
+
+    def __init__(
+        self,
+        conn: Any,
+        credits: Any,
+        *,
+        prefix: str,
+        consumer_pid: int,
+        use_shm: bool = True,
+        min_free: int | None = None,
+    ):
+        self.conn = conn
+        if min_free is None:
+            min_free = shm.shm_min_free_bytes()
+        self.writer = shm.MessageWriter(prefix, min_free) if use_shm else None
         self.sent_messages = 0
         self.lock = threading.Lock()
-        self.consumer_pid = boot.consumer_pid
-        self.credits = CreditReceiver(boot.credits)
+        self.consumer_pid = consumer_pid
+        self.credits = CreditReceiver(credits)
         # Both channels, waited on together for every command (grain_core.runtime.waiting).
         self.poller = Poller()
-        self.conn_key = self.poller.register(boot.conn)
+        self.conn_key = self.poller.register(conn)
         self.credit_key = self.poller.register(self.credits)
         self.credits_in: collections.deque[Consumed] = collections.deque()
 
@@ -313,7 +335,14 @@ def worker_main(boot: Boot) -> None:
     restore_environment()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the consumer's to handle.
     _die_with_parent(boot.consumer_pid, boot.prefix)
-    endpoint = _WorkerEndpoint(boot)
+    endpoint = PipeEndpoint(
+        boot.conn,
+        boot.credits,
+        prefix=boot.prefix,
+        consumer_pid=boot.consumer_pid,
+        use_shm=boot.use_shm,
+        min_free=boot.min_free,
+    )
     try:
         job = boot.job
         job.environment.apply()

@@ -1,6 +1,7 @@
 """The built-in transport of :mod:`grain_core.runtime.api`: worker processes and shared memory.
 
-This module is the consumer's side (the pool, its channels and I/O thread, :class:`ProcessRuntime`);
+This module starts the worker processes (:class:`ProcessPool`, :class:`ProcessRuntime`); the
+consumer's side of their pipes (channels, the I/O thread) is :mod:`grain_core.runtime.pipe_pool`,
 the worker process's side and the wire records are in :mod:`grain_core.runtime.process_worker`.
 
 Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
@@ -34,45 +35,28 @@ Contract (see ``docs/runtime.md`` and ``docs/reliability.md``):
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
-import functools
 import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from grain_core.runtime import shm
-from grain_core.runtime.credits import CreditRecord, CreditSender, credit_channel
+from grain_core.runtime.credits import credit_channel
 from grain_core.runtime.job import WorkerJob
-from grain_core.runtime.messages import Consumed, Elements, Failure, Stop, pickle_exception
-from grain_core.runtime.process_worker import (
-    SYS_PATH_ENV,
-    Boot,
-    PayloadFile,
-    ShmElements,
-    worker_main,
-)
-from grain_core.runtime.transport import WorkerLostError
-from grain_core.runtime.waiting import Poller
+from grain_core.runtime.pipe_pool import PipePool
+from grain_core.runtime.process_worker import SYS_PATH_ENV, Boot, PayloadFile, worker_main
 
 __all__ = ["ProcessPool", "ProcessRuntime", "START_METHOD_ENV", "default_start_method"]
 
 START_METHOD_ENV = "GRAIN_CORE_MP_START_METHOD"
 _PRELOAD = ("grain_core._forkserver_preload",)
-_STOP_GRACE_SECONDS = 0.5
 _forkserver_lock = threading.Lock()
-
-
-def _released_records(numbers: list[int]) -> bytes:
-    return b"".join(CreditRecord(CreditRecord.RELEASED, n).pack() for n in numbers)
 
 
 def default_start_method() -> str:
@@ -94,116 +78,58 @@ def default_start_method() -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-class _ProcessChannel:
-    """The consumer's end of one worker: an inbox filled by the pool's I/O thread, an outbox the
-    I/O thread sends from, and the credit channel. A ``Consumed`` count is written to the credit
-    channel by the calling thread itself (never blocking); only when the channel is full (the
-    worker has not read for thousands of records) is it left to the I/O thread, which retries the
-    latest count until it fits."""
+class _ProcessWorker:
+    """A worker process, as its :class:`~grain_core.runtime.pipe_pool.PipePool` sees it."""
 
-    def __init__(self, pool: ProcessPool, proc: Any, conn: Any, credits: CreditSender):
-        self._pool = pool
+    def __init__(self, proc: Any):
         self.proc = proc
-        self.conn = conn
-        self.credits = credits  # the consumer's end of the credit channel
-        self.inbox: collections.deque[Any] = collections.deque()
-        self.outbox: collections.deque[Any] = collections.deque()
-        self.unsent_credit: Consumed | None = None  # left to the I/O thread (pipe was full)
-        # Numbers of the worker's messages the consumer is done with, not yet sent: appended when
-        # a message is copied out, or by a lent message's finalizer (any thread), see shm.
-        self.released: collections.deque[int] = collections.deque()
-        self.lost: str | None = None  # how the worker was lost
 
-    def send(self, message: Any) -> None:
-        if isinstance(message, Consumed):
-            # Any older unsent count is superseded: counts are absolute.
-            self.unsent_credit = None
-            numbers = self._take_released()
-            data = CreditRecord(message.generation, message.elements).pack()
-            if self.credits.write(data + _released_records(numbers)):
-                if self.credits.pending:  # part of it is left for the I/O thread to send
-                    self._pool.wake()
-            else:
-                self.released.extendleft(reversed(numbers))
-                self.unsent_credit = message
-                self._pool.wake()
-            return
-        self.outbox.append(message)
-        self._pool.wake()
+    @property
+    def sentinel(self) -> Any:
+        return self.proc.sentinel
 
-    def _take_released(self) -> list[int]:
-        released = self.released
-        numbers = []
-        while released:
-            numbers.append(released.popleft())
-        return numbers
+    def loss(self) -> str:
+        proc = self.proc
+        try:
+            proc.join(1.0)
+            code = proc.exitcode
+        except Exception:
+            code = None
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            try:
+                how = f"signal {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"signal {-code}"
+        # Grain's wording ("was terminated unexpectedly with exit code N"), which clients match.
+        return f"(pid {proc.pid}) was terminated unexpectedly with {how}"
 
-    def send_released(self) -> None:
-        """Sends the numbers of the messages the consumer is done with (those that do not fit the
-        channel stay queued)."""
-        numbers = self._take_released()
-        if numbers and not self.credits.write(_released_records(numbers)):
-            self.released.extendleft(reversed(numbers))
-
-    def write_record(self, record: CreditRecord) -> bool:
-        """Writes one record to the credit channel; False when it is full (nothing written)."""
-        return self.credits.write(record.pack())
-
-    def peek(self, timeout: float) -> Any:
-        # No lock is taken here: an exception raised into the caller (Ctrl-C) at any point leaves
-        # nothing held and nothing removed.
-        if self.inbox:
-            return self.inbox[0]
-        if self.lost is None:
-            self._pool.wait_ready(self, timeout)
-        if self.inbox:
-            return self.inbox[0]
-        if self.lost is not None:
-            raise WorkerLostError(self.lost)
-        return None
-
-    def drop(self) -> None:
-        if self.inbox:
-            self.inbox.popleft()
+    def stop(self, deadline: float) -> None:
+        p = self.proc
+        try:
+            p.join(max(0.0, deadline - time.monotonic()))
+        except Exception:
+            pass
+        try:
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+            p.close()
+        except Exception:
+            pass
 
 
-class ProcessPool:
-    """Worker processes, their pipes and the consumer's I/O thread; see the module docstring."""
+class ProcessPool(PipePool):
+    """Worker processes attached to a :class:`~grain_core.runtime.pipe_pool.PipePool` (their pipes,
+    credit channels and the consumer's I/O thread); see the module docstring."""
 
     def __init__(self, runtime: ProcessRuntime, job: WorkerJob):
+        super().__init__(use_shm=True)
         self.prefix = shm.new_shm_prefix()
-        self.channels: list[_ProcessChannel] = []
-        self._reader = shm.MessageReader()  # lends once /dev/shm's room is known, below
-        self._closed = False
-        self._close_lock = threading.Lock()
-        # Wake-up channels inside this process: socket pairs, waitable on every platform
-        # (grain_core.runtime.waiting); never blocking.
-        self._wake_r, self._wake_w = socket.socketpair()  # consumer -> I/O thread: to send
-        self._wake_w.setblocking(False)
-        self._wake_r.setblocking(False)
-        self._wake_pending = False
-        self._ready_r, self._ready_w = socket.socketpair()  # I/O thread -> consumer: arrived
-        self._waiting_for: _ProcessChannel | None = None  # the channel the consumer waits for
-        self._ready_r.setblocking(False)
-        self._ready_w.setblocking(False)
-        self._ready_poller = Poller()  # the consumer's thread waits on it (wait_ready)
-        self._ready_poller.register(self._ready_r)
-        self._warned = False
-        use_shm = shm.SHM_AVAILABLE  # no POSIX shared memory (Windows): pickled through the pipes
-        if use_shm:
-            shm.reclaim_stale_shm()
-        min_free = shm.shm_min_free_bytes()
-        free = shm.free_bytes() if use_shm else None
-        if free is not None and free < 2 * min_free:
-            use_shm = False
-            self._warn(
-                f"/dev/shm has only {free >> 20} MiB free (at least {(2 * min_free) >> 20} MiB "
-                f"wanted, see {shm.MIN_FREE_ENV})"
-            )
-        if use_shm:
-            self._reader.lend_bytes = shm.lend_allowance()
         ctx = runtime.context()
-        self._thread: threading.Thread | None = None
         payload_file = None
         if PayloadFile.AVAILABLE and len(job.payload) >= PayloadFile.MIN_BYTES:
             try:
@@ -224,8 +150,8 @@ class ProcessPool:
                         job,
                         f"{self.prefix}w{i}",
                         os.getpid(),
-                        use_shm,
-                        min_free,
+                        self.use_shm,
+                        self.min_free,
                         payload_file,
                     )
                     proc = ctx.Process(
@@ -243,11 +169,7 @@ class ProcessPool:
                 finally:
                     child_conn.close()  # the worker has its own copies now (or never will)
                     credit_r.close()
-                self.channels.append(_ProcessChannel(self, proc, parent_conn, credit_w))
-            self._thread = threading.Thread(
-                target=self._io_loop, name="grain_core-mp-io", daemon=True
-            )
-            self._thread.start()
+                self.attach(_ProcessWorker(proc), parent_conn, credit_w)
         except BaseException:
             self.close()
             raise
@@ -257,232 +179,13 @@ class ProcessPool:
 
     @property
     def worker_pids(self) -> list[int]:
-        return [c.proc.pid for c in self.channels]
-
-    def _warn(self, why: str) -> None:
-        if self._warned:
-            return
-        self._warned = True
-        warnings.warn(
-            f"mp_prefetch: {why}; elements are sent pickled through pipes instead of shared "
-            "memory (slower). Enlarge /dev/shm: `docker run --shm-size=2g ...` (Docker's default is "
-            "64 MiB), or `mount -o remount,size=2G /dev/shm` as root.",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-
-    def wake(self) -> None:
-        if self._wake_pending:
-            return  # the I/O thread has not read the last wake-up yet: it will see this too
-        self._wake_pending = True
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:  # full (BlockingIOError) or closed
-            pass
-
-    def _signal_ready(self, ch: _ProcessChannel | None = None) -> None:
-        """Wakes the consumer: always without ``ch`` (a worker lost, closing); with ``ch`` (a
-        message arrived for it) only while the consumer waits for that channel: it looks at its
-        inbox before it waits (see wait_ready), and a message for another worker would wake it
-        for nothing (it waits for the worker whose turn it is)."""
-        if ch is not None and self._waiting_for is not ch:
-            return
-        try:
-            self._ready_w.send(b"\0")
-        except OSError:  # full (BlockingIOError) or closed
-            pass
-
-    def wait_ready(self, ch: _ProcessChannel, timeout: float) -> None:
-        """Waits up to ``timeout`` for the I/O thread to deliver a message to ``ch`` (or to lose a
-        worker), unless ``ch`` has one. ``_waiting_for`` is set before ``ch`` is looked at and the
-        I/O thread appends before it reads it, so a message is either seen here or signalled."""
-        self._waiting_for = ch
-        try:
-            if ch.inbox or ch.lost is not None:
-                return
-            if self._ready_poller.wait(timeout):
-                self._ready_r.recv(65536)
-        except (BlockingIOError, OSError, ValueError):
-            pass
-        finally:
-            self._waiting_for = None
-
-    # --- the I/O thread ----------------------------------------------------------------------------
-
-    def _io_loop(self) -> None:
-        # One poller for the thread's life (grain_core.runtime.waiting: a selector built per wait
-        # cost more than the read it waited for); a lost worker's pipe and sentinel are removed.
-        poller = Poller()
-        wake = poller.register(self._wake_r)
-        by_fd: dict[int, tuple[bool, _ProcessChannel]] = {}  # fd -> (is the pipe, channel)
-        for c in self.channels:
-            for obj, is_pipe in ((c.conn, True), (c.proc.sentinel, False)):
-                by_fd[poller.register(obj)] = (is_pipe, c)
-        while not self._closed:
-            self._flush()
-            for fd, (_, c) in list(by_fd.items()):
-                if c.lost is not None:
-                    poller.unregister(fd)
-                    del by_fd[fd]
-            try:
-                ready = poller.wait(0.2)
-            except OSError:
-                if self._closed:
-                    return
-                raise
-            if self._closed:
-                return
-            for fd in ready:
-                if fd == wake:
-                    try:
-                        self._wake_r.recv(4096)
-                    except OSError:
-                        pass
-                    # After draining, before flushing: a wake() that still saw the flag set
-                    # stored its message before looking, so this flush sends it; a later wake()
-                    # writes again. (Clearing the flag before the read lost wake-ups: a byte
-                    # written in between was drained while the flag stayed set, and every
-                    # wake() after it was skipped until another event woke this thread.)
-                    self._wake_pending = False
-                    self._flush()
-                    continue
-                is_pipe, ch = by_fd.get(fd, (False, None))
-                if ch is None or ch.lost is not None:
-                    continue
-                if is_pipe:
-                    self._read(ch)
-                elif not self._drain(ch):
-                    self._lose(ch)
-
-    def _flush(self) -> None:
-        for ch in self.channels:
-            if ch.lost is not None:
-                continue
-            try:
-                while ch.outbox:
-                    ch.conn.send(ch.outbox.popleft())
-            except (OSError, EOFError):
-                pass  # the worker is gone: its sentinel says so
-            ch.credits.flush()  # the rest of a record a platform took only part of
-            credit = ch.unsent_credit  # read once: the consumer's thread may replace it
-            if credit is not None:
-                if ch.write_record(CreditRecord(credit.generation, credit.elements)):
-                    if ch.unsent_credit is credit:
-                        ch.unsent_credit = None
-            if ch.released and not ch.inbox:  # else they ride on the consumer's next credit
-                ch.send_released()
-
-    def _drain(self, ch: _ProcessChannel) -> bool:
-        """Reads what a dead worker left in its pipe; True when something was read."""
-        got = False
-        try:
-            while ch.conn.poll(0):
-                self._read(ch)
-                got = True
-                if ch.lost is not None:
-                    break
-        except (OSError, EOFError):
-            pass
-        return got
-
-    def _read(self, ch: _ProcessChannel) -> None:
-        try:
-            msg = ch.conn.recv()
-        except (EOFError, OSError):
-            self._lose(ch)
-            return
-        if isinstance(msg, ShmElements):
-            try:
-                (elements,) = self._reader.read(
-                    msg.segment,
-                    msg.payloads,
-                    msg.layouts,
-                    functools.partial(ch.released.append, msg.number),
-                )
-            except Exception as e:  # an unreadable message: the worker's failure
-                import traceback
-
-                msg_out: Any = Failure(
-                    msg.seq, msg.generation, pickle_exception(e), traceback.format_exc()
-                )
-            else:
-                msg_out = Elements(
-                    msg.seq, msg.generation, msg.state, msg.skip, elements, msg.marks
-                )
-            if msg.fallback is not None:
-                self._warn(f"a worker found too little room in /dev/shm ({msg.fallback})")
-            msg = msg_out
-        ch.inbox.append(msg)
-        self._signal_ready(ch)
-
-    def _lose(self, ch: _ProcessChannel) -> None:
-        proc = ch.proc
-        try:
-            proc.join(1.0)
-            code = proc.exitcode
-        except Exception:
-            code = None
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            try:
-                how = f"signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"signal {-code}"
-        # Grain's wording ("was terminated unexpectedly with exit code N"), which clients match.
-        ch.lost = f"(pid {proc.pid}) was terminated unexpectedly with {how}"
-        self._signal_ready()
-
-    # --- closing -----------------------------------------------------------------------------------
+        return [c.worker.proc.pid for c in self.channels]  # type: ignore[attr-defined]
 
     def close(self) -> None:
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        for ch in self.channels:
-            if ch.lost is None:
-                ch.lost = "(closed)"
-        self._signal_ready()
-        self.wake()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(5.0)
-        for ch in self.channels:
-            try:
-                ch.conn.send(Stop())
-            except Exception:
-                pass
-        for ch in self.channels:
-            for c in (ch.conn, ch.credits):
-                try:
-                    c.close()
-                except Exception:
-                    pass
-        deadline = time.monotonic() + _STOP_GRACE_SECONDS
-        for ch in self.channels:
-            try:
-                ch.proc.join(max(0.0, deadline - time.monotonic()))
-            except Exception:
-                pass
-        for ch in self.channels:
-            p = ch.proc
-            try:
-                if p.is_alive():
-                    p.terminate()
-                    p.join(1.0)
-                if p.is_alive():
-                    p.kill()
-                    p.join(1.0)
-                p.close()
-            except Exception:
-                pass
-        self._reader.close()
+        if self.closed:
+            return
+        super().close()
         shm.sweep_shm(self.prefix)
-        for sock in (self._wake_r, self._wake_w, self._ready_r, self._ready_w):
-            try:
-                sock.close()
-            except OSError:
-                pass
 
 
 # --------------------------------------------------------------------------------------------------

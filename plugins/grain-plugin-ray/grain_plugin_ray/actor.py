@@ -45,6 +45,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from grain_core.author import AHEAD_BYTES, Consumed, WorkerJob, WorkerLoop, nbytes
+from grain_plugin_ray.pipe_path import NOT_CONNECTED, PipeServer
+from grain_plugin_ray.pipe_path import available as pipe_available
 from grain_plugin_ray.shm_path import ShmSender, usable
 
 __all__ = ["GROUP_ELEMENTS", "HOLD_SECONDS", "ActorEndpoint", "Location", "WorkerActor"]
@@ -221,13 +223,22 @@ class ActorEndpoint:
 
 
 class Location:
-    """Where an actor runs: Ray node id and process id, and whether its groups travel through
-    shared memory (it runs on the consumer's node, see :mod:`grain_plugin_ray.shm_path`)."""
+    """Where an actor runs: Ray node id and process id, whether its elements travel through
+    shared memory (it runs on the consumer's node, see :mod:`grain_plugin_ray.shm_path`), and the
+    address of its pipe transport when it has one (:mod:`grain_plugin_ray.pipe_path`; None: actor
+    calls carry its elements)."""
 
-    __slots__ = ("node_id", "pid", "shared_memory")
+    __slots__ = ("node_id", "pid", "pipe_address", "shared_memory")
 
-    def __init__(self, node_id: str, pid: int, shared_memory: bool = False):
+    def __init__(
+        self,
+        node_id: str,
+        pid: int,
+        shared_memory: bool = False,
+        pipe_address: str | None = None,
+    ):
         self.node_id, self.pid, self.shared_memory = node_id, pid, shared_memory
+        self.pipe_address = pipe_address
 
     def __repr__(self) -> str:
         return f"node {self.node_id[:12]}, pid {self.pid}"
@@ -236,8 +247,10 @@ class Location:
 class WorkerActor:
     """Worker ``index`` of ``job.worker_count``; see the module docstring. ``ahead_bytes`` is the
     worker loop's byte allowance (``RayRuntime.ahead_bytes``). With ``shm_prefix`` (made by the
-    consumer) and when this actor runs on ``consumer_node``, groups travel through shared memory
-    with segment names starting with ``shm_prefix``."""
+    consumer) and when this actor runs on ``consumer_node``, elements travel through shared memory
+    with segment names starting with ``shm_prefix``: with ``pipe_token`` (and the consumer's
+    ``consumer_pid``) over the pipe transport (:mod:`grain_plugin_ray.pipe_path`), else in groups
+    returned by ``fetch``."""
 
     def __init__(
         self,
@@ -246,6 +259,8 @@ class WorkerActor:
         ahead_bytes: int = AHEAD_BYTES,
         shm_prefix: str | None = None,
         consumer_node: str | None = None,
+        pipe_token: str | None = None,
+        consumer_pid: int | None = None,
     ):
         own_path = list(sys.path)
         job.environment.apply()
@@ -253,11 +268,22 @@ class WorkerActor:
         # live elsewhere than the consumer's).
         sys.path.extend(p for p in own_path if p not in sys.path)
         self._sender: ShmSender | None = None
+        self._pipes: PipeServer | None = None
+        local = False
         if shm_prefix is not None and usable():
             import ray
 
-            if ray.get_runtime_context().get_node_id() == consumer_node:
-                self._sender = ShmSender(shm_prefix)
+            local = ray.get_runtime_context().get_node_id() == consumer_node
+        if local and pipe_token is not None and consumer_pid is not None and pipe_available():
+            assert shm_prefix is not None
+            self._loop = WorkerLoop(
+                job, index, NOT_CONNECTED, size_of=nbytes, ahead_bytes=ahead_bytes
+            )
+            self._pipes = PipeServer(pipe_token, self._loop, shm_prefix, consumer_pid)
+            return
+        if local:
+            assert shm_prefix is not None
+            self._sender = ShmSender(shm_prefix)
         self._endpoint = ActorEndpoint(group_bytes=ahead_bytes * 3 // 8, sender=self._sender)
         self._loop = WorkerLoop(
             job, index, self._endpoint, size_of=nbytes, ahead_bytes=ahead_bytes
@@ -289,6 +315,10 @@ class WorkerActor:
     def location(self) -> Location:
         import ray
 
+        pipes = self._pipes
         return Location(
-            ray.get_runtime_context().get_node_id(), os.getpid(), self._sender is not None
+            ray.get_runtime_context().get_node_id(),
+            os.getpid(),
+            self._sender is not None or pipes is not None,
+            None if pipes is None else pipes.address,
         )

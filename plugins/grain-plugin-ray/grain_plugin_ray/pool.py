@@ -41,7 +41,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from grain_core.author import AHEAD_BYTES, Consumed, WorkerLostError, nbytes
+from grain_core.author import AHEAD_BYTES, Consumed, PipeChannel, PipePool, WorkerLostError, nbytes
+from grain_plugin_ray.pipe_path import ActorPipeWorker, hand_over, local_pipes
 from grain_plugin_ray.resume import ResumePoint
 from grain_plugin_ray.shm_path import Lending, ShmReceiver, forget_prefix, wait_gone
 
@@ -104,9 +105,32 @@ class RayChannel:
         self._received_gen = -1
         self._credit_posted = (-1, 0)  # (generation, elements) of the last Consumed posted
         self._credit_due: Consumed | None = None
+        # The pipe path (grain_plugin_ray.pipe_path): until the actor's location says whether it
+        # has one, commands are held here; then they go to the pipe channel, or are posted.
+        self._pipe: PipeChannel | None = None
+        self._token = pool.pipe_tokens[index] if pool.pipe_tokens is not None else None
+        self._held: list[Any] = []
+        self._handoff: list[Any] | None = None  # the actor's ends, until it has them
+        self._handoffs = 0  # hand-overs tried
 
     def send(self, message: Any) -> None:
         if self.lost is not None or self._pool.closed:
+            return
+        if self._token is not None or self._held:  # not connected yet, or the held not all sent
+            self._held.append(message)
+            if self._token is None:
+                self._send_held()
+            return
+        self._send_now(message)
+
+    def _send_held(self) -> None:
+        while self._held:  # removed after the send: an interruption only sends it twice
+            self._send_now(self._held[0])
+            self._held.pop(0)
+
+    def _send_now(self, message: Any) -> None:
+        if self._pipe is not None:
+            self._pipe.send(message)
             return
         if isinstance(message, Consumed):
             gen, posted = self._credit_posted
@@ -177,12 +201,24 @@ class RayChannel:
         import ray
         from ray.exceptions import RayActorError
 
+        if self._pipe is not None:
+            if self._token is not None:  # interrupted while connecting: go on
+                if not self._resolve(timeout):
+                    return None
+            self._send_held()
+            return self._pipe.peek(timeout)
         if self._inbox:
             return self._inbox[0]
         if self.lost is not None:
             raise WorkerLostError(self.lost)
         if self._pool.closed:
             raise WorkerLostError("(closed)")
+        if self._token is not None:
+            if not self._resolve(timeout):
+                return None
+            if self._pipe is not None:
+                return self._pipe.peek(timeout)
+        self._send_held()
         self._post_replacement_commands()
         due = self._credit_due
         if due is not None and self._may_wait_for(due):
@@ -245,6 +281,73 @@ class RayChannel:
         self._issue_fetch()
         return self._inbox[0] if self._inbox else None
 
+    def _resolve(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` for the actor's location; once it is known, connects to the
+        actor's pipe transport if it has one, and sends the commands held meanwhile. False while
+        it is not known; raises ``WorkerLostError`` when the actor died or was not placed in
+        time."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        done, _ = ray.wait([self._location_ref], timeout=timeout)
+        if not done:
+            self._check_placed()
+            return False
+        try:
+            loc = ray.get(done[0])
+        except RayActorError as e:
+            self.lost = f"(Ray actor {self.name}) died: {_first_line(e)}"
+            raise WorkerLostError(self.lost) from None
+        self._placed = True
+        if loc.pipe_address is not None:
+            self._connect(loc.pipe_address)
+        self._token = None
+        self._send_held()
+        return True
+
+    def _connect(self, address: str) -> None:
+        """Attaches this actor's pipes to the pool's ``PipePool`` and hands the actor its ends
+        (see :mod:`grain_plugin_ray.pipe_path`). Interrupted anywhere, it is called again and
+        goes on where it was."""
+        pipes = self._pool.pipes
+        assert self._token is not None and pipes is not None
+        if self._pipe is None:
+            ends, conn, credits = local_pipes()
+            self._handoff = ends
+            try:
+                self._pipe = pipes.attach(ActorPipeWorker(self._describe_loss), conn, credits)
+            except RuntimeError:  # closed from another thread meanwhile
+                raise WorkerLostError("(closed)") from None
+        ends = self._handoff
+        if ends is None:
+            return
+        self._handoffs += 1
+        try:
+            hand_over(address, self._token, ends)
+        except OSError as e:
+            # A first hand-over refused: the actor is gone. A later one: the actor took an
+            # earlier (interrupted) one, or is gone, which the pipe's end then reports.
+            if self._handoffs == 1:
+                self.lost = f"({self._where()}) refused its pipes: {e}"
+                raise WorkerLostError(self.lost) from None
+        for end in ends:  # the actor holds its own copies now
+            end.close()
+        self._handoff = None
+
+    def _describe_loss(self) -> str:
+        """How an actor on the pipe path was lost (its pipe ended), with Ray's reason."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        reason = "closed its pipe"
+        try:
+            ray.get(self.actor.location.remote(), timeout=1.0)
+        except RayActorError as e:
+            reason = f"died: {_first_line(e)}"
+        except Exception:  # still alive and busy, or Ray is shutting down
+            pass
+        return f"({self._where()}) {reason}"
+
     def _issue_fetch(self) -> None:
         """Calls the actor's ``fetch``, carrying the credit due (if any) with it: no call of its
         own for that credit."""
@@ -304,7 +407,9 @@ class RayChannel:
         return 4 * sum(size for _, size in received) >= 3 * pool.ahead_bytes
 
     def drop(self) -> None:
-        if self._inbox:
+        if self._pipe is not None:
+            self._pipe.drop()
+        elif self._inbox:
             self._inbox.popleft()
 
     def location(self, timeout: float | None = None) -> Any:
@@ -383,8 +488,13 @@ class RayWorkerPool:
         spawn: Callable[[int, str], Any] | None = None,
         ahead_bytes: int = AHEAD_BYTES,
         shm_prefixes: dict[str, str] | None = None,
+        pipe_tokens: list[str] | None = None,
     ):
         self.runtime = runtime
+        #: The pipe path (grain_plugin_ray.pipe_path): each actor's token, and the pool its pipes
+        #: join (None: every actor's elements come through actor calls).
+        self.pipe_tokens = pipe_tokens
+        self.pipes: PipePool | None = PipePool() if pipe_tokens is not None else None
         # The one-host path: actor name -> its segments' prefix (filled by spawn), and the
         # reader of every actor's segments.
         self._shm_prefixes = shm_prefixes
@@ -439,6 +549,11 @@ class RayWorkerPool:
         if self.closed:
             return
         self.closed = True
+        if self.pipes is not None:
+            try:
+                self.pipes.close()  # Stop to each actor on a pipe, the pipes closed
+            except Exception:  # pragma: no cover - interpreter exit
+                pass
         pids: list[int | None] = []
         try:
             import ray

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 import uuid
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from typing import Any
 
 from grain_core.author import AHEAD_BYTES, WorkerJob
 from grain_plugin_ray.actor import WorkerActor
+from grain_plugin_ray.pipe_path import available as pipe_available
+from grain_plugin_ray.pipe_path import new_token
 from grain_plugin_ray.pool import RayWorkerPool
 from grain_plugin_ray.shm_path import remember_prefix, usable
 
@@ -80,6 +83,11 @@ class RayRuntime:
         processes do, instead of Ray's object store (see :mod:`grain_plugin_ray.shm_path`): the
         elements arrive as fresh, writable arrays. Actors on other nodes, and groups when
         ``/dev/shm`` lacks room, use the object store. False: always the object store.
+      pipes: True (default): with ``shared_memory``, an actor on this process's own Ray node (on
+        Linux, with ``max_restarts=0``) sends its elements and receives its commands over
+        ``mp_prefetch``'s pipe transport instead of actor calls (see
+        :mod:`grain_plugin_ray.pipe_path`): no actor call per group, credits as soon as ``next()``
+        hands elements out. Elements, order and state do not change. False: actor calls.
 
     As with processes, each worker holds at most ``per_worker_buffer_size`` elements produced and
     not yet returned by ``next()`` (plus the one it produces meanwhile; see ``min_buffer_size``).
@@ -97,6 +105,7 @@ class RayRuntime:
     max_restarts: int = 0
     ahead_bytes: int = DEFAULT_AHEAD_BYTES
     shared_memory: bool = True
+    pipes: bool = True
 
     def __post_init__(self) -> None:
         if self.address is not None and not isinstance(self.address, str):
@@ -132,10 +141,11 @@ class RayRuntime:
                 f"RayRuntime.ahead_bytes must be an int >= {AHEAD_BYTES} (the worker loop's own "
                 f"allowance, grain_core.author.AHEAD_BYTES), got {self.ahead_bytes!r}."
             )
-        if not isinstance(self.shared_memory, bool):
-            raise TypeError(
-                f"RayRuntime.shared_memory must be True or False, got {self.shared_memory!r}."
-            )
+        for flag in ("shared_memory", "pipes"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(
+                    f"RayRuntime.{flag} must be True or False, got {getattr(self, flag)!r}."
+                )
         if (
             isinstance(self.max_restarts, bool)
             or not isinstance(self.max_restarts, int)
@@ -195,14 +205,20 @@ class RayRuntime:
             prefixes = {}
             node = ray.get_runtime_context().get_node_id()
 
+        # The pipe path: a token per first actor (replacements, with max_restarts, use calls).
+        tokens = None
+        if prefixes is not None and self.pipes and self.max_restarts == 0 and pipe_available():
+            tokens = [new_token() for _ in names]
+
         def spawn(i: int, name: str) -> Any:
             opts = self.actor_options(name, ACTOR_NAMESPACE)
             prefix = None
             if prefixes is not None:
                 prefix = new_shm_prefix()
                 remember_prefix(prefix)
+            pipe = (tokens[i], os.getpid()) if tokens is not None else (None, None)
             actor = actor_class.options(**opts).remote(
-                job_ref, i, self.ahead_bytes, prefix, node
+                job_ref, i, self.ahead_bytes, prefix, node, *pipe
             )
             if prefixes is not None and prefix is not None:
                 prefixes[name] = prefix
@@ -224,4 +240,5 @@ class RayRuntime:
             spawn,
             ahead_bytes=self.ahead_bytes,
             shm_prefixes=prefixes,
+            pipe_tokens=tokens,
         )
