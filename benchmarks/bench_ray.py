@@ -3,7 +3,8 @@
 Two pipelines, both with a CPU-bound map (``cpu_work.heavy``, a few hundred microseconds each):
 small elements (one float) and 256 KiB elements (the float broadcast into a 256 KiB array). Each
 runs in process, with ``mp_prefetch`` over ``K`` worker processes, and with ``K`` Ray actors
-(``runtime=RayRuntime()``). Printed per pipeline and runtime: start-up (iterator creation to the
+(``runtime=RayRuntime()``: on one host, the pipe path), and with ``K`` actors sending through actor
+calls (``RayRuntime(pipes=False)``). Printed per pipeline and runtime: start-up (iterator creation to the
 first ``K`` elements, one per worker), the rate after them, and the ratios of the rates. ``ray.init`` is timed once.
 
 Usage: ``python benchmarks/bench_ray.py [--size tiny|small|full] [--workers K] [--address ADDR]
@@ -116,6 +117,11 @@ def run(
                     pipeline(n, big).mp_prefetch(options, runtime=runtime), workers
                 ),
             }
+            if not object_store:  # the one-host path before pipes: a fetch call per group
+                calls = RayRuntime(num_cpus=1, pipes=False)
+                rows[f"Ray({workers}) actor calls"] = measure(
+                    pipeline(n, big).mp_prefetch(options, runtime=calls), workers
+                )
             if min_buffer_size is not None:
                 grouped = RayRuntime(
                     num_cpus=1, min_buffer_size=min_buffer_size, shared_memory=not object_store
@@ -129,9 +135,12 @@ def run(
                 assert count == n, (k, count, n)
                 print(f"    {k:36s} start-up {s:7.2f} s   {r:10.1f} elements/s")
             ray_rate = out[name][f"Ray({workers})"][1]
+            mp_rate = out[name][f"mp_prefetch({workers})"][1]
+            calls = out[name].get(f"Ray({workers}) actor calls")
             print(
-                f"    ratios: Ray / mp_prefetch {ray_rate / out[name][f'mp_prefetch({workers})'][1]:.2f}"
+                f"    ratios: Ray / mp_prefetch {ray_rate / mp_rate:.2f}"
                 f"   Ray / in process {ray_rate / out[name]['in process'][1]:.2f}"
+                + ("" if calls is None else f"   Ray actor calls / mp_prefetch {calls[1] / mp_rate:.2f}")
             )
     finally:
         if address is None:

@@ -21,7 +21,7 @@ def alive(pid: int) -> bool:
             for line in f:
                 if line.startswith("State:"):
                     return "Z" not in line.split()[1]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or while reading
         return False
     return False
 
