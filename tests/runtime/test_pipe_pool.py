@@ -83,8 +83,8 @@ class PipeThreadRuntime:
         except (EOFError, OSError):
             pass  # the consumer closed the pipe, or this worker "died"
         finally:
-            inner = getattr(endpoint, "inner", endpoint)
-            inner.close()
+            if isinstance(endpoint, PipeEndpoint):  # a worker that "died" cleans nothing up:
+                endpoint.close()  # its segments go with the pool's stop() (sweep_shm)
             conn.close()
             credits.close()
 
