@@ -159,7 +159,8 @@ class PipeEndpoint:
     ``min_free`` bytes free); a segment is reused once the consumer's credit channel says it is
     done with its message. :meth:`receive` raises ``EOFError`` when the consumer closed its end or
     its process ``consumer_pid`` is gone. The consumer's side is
-    :class:`~grain_core.runtime.pipe_pool.PipePool`. Call :meth:`close` when the loop has ended."""
+    :class:`~grain_core.runtime.pipe_pool.PipePool`. Call :meth:`close` when the loop has ended:
+    it unlinks the worker's segments (every name under ``prefix``) and closes both channels."""
 
     def __init__(
         self,
@@ -172,6 +173,7 @@ class PipeEndpoint:
         min_free: int | None = None,
     ):
         self.conn = conn
+        self.prefix = prefix
         if min_free is None:
             min_free = shm.shm_min_free_bytes()
         self.writer = shm.MessageWriter(prefix, min_free) if use_shm else None
@@ -251,6 +253,12 @@ class PipeEndpoint:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        shm.sweep_shm(self.prefix)
+        for c in (self.conn, self.credits):
+            try:
+                c.close()
+            except Exception:
+                pass
 
 
 def _pickled(m: Elements, fallback: str | None = None, number: int = 0) -> ShmElements:
@@ -365,9 +373,3 @@ def worker_main(boot: Boot) -> None:
         pass  # the consumer went away
     finally:
         endpoint.close()
-        shm.sweep_shm(boot.prefix)
-        for c in (boot.conn, boot.credits):
-            try:
-                c.close()
-            except Exception:
-                pass

@@ -83,10 +83,11 @@ class PipeThreadRuntime:
         except (EOFError, OSError):
             pass  # the consumer closed the pipe, or this worker "died"
         finally:
-            if isinstance(endpoint, PipeEndpoint):  # a worker that "died" cleans nothing up:
-                endpoint.close()  # its segments go with the pool's stop() (sweep_shm)
-            conn.close()
-            credits.close()
+            if isinstance(endpoint, PipeEndpoint):
+                endpoint.close()  # its segments and both channels
+            else:  # a worker that "died" unlinks nothing: the pool's stop() sweeps its segments
+                conn.close()
+                credits.close()
 
 
 class _EndsAfter:

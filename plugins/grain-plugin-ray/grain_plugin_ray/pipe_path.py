@@ -42,10 +42,11 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from grain_core.author import CreditSender, PipeEndpoint, WorkerLoop, sweep_shm
+from grain_core.author import CreditSender, PipeEndpoint, WorkerLoop
 
 __all__ = [
     "ACCEPT_SECONDS",
+    "NOT_CONNECTED",
     "ActorPipeWorker",
     "PipeServer",
     "available",
@@ -54,7 +55,7 @@ __all__ = [
     "new_token",
 ]
 
-#: How long an actor waits for the consumer's two connections after it started listening.
+#: How long an actor waits for the consumer's hand-over after it started listening.
 ACCEPT_SECONDS = 600.0
 _TOKEN_BYTES = 16
 _HAND_OVER = b"P"
@@ -147,24 +148,21 @@ class PipeServer:
             return
         messages, credits = socks
         conn = Connection(messages.detach())
-        endpoint = None
         try:
             endpoint = PipeEndpoint(
                 conn, credits, prefix=self._prefix, consumer_pid=self._consumer_pid
             )
+        except BaseException:
+            conn.close()
+            credits.close()
+            raise
+        try:
             self._loop.endpoint = endpoint
             self._loop.run()
         except (EOFError, OSError):
             pass  # the consumer went away
         finally:
-            if endpoint is not None:
-                endpoint.close()
-            sweep_shm(self._prefix)
-            for c in (conn, credits):
-                try:
-                    c.close()
-                except Exception:
-                    pass
+            endpoint.close()  # the segments and both channels
 
 
 def local_pipes() -> tuple[list[socket.socket], Connection, CreditSender]:
