@@ -33,6 +33,7 @@ heads at most 64 KiB, at most ``concurrency`` connections open per call and
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import os
 import select
@@ -47,7 +48,18 @@ from urllib.parse import urlsplit
 from grain_core.author import RetryPolicy, retry_ranges
 from grain_core.author import read_ranges as fsspec_read_ranges
 
-__all__ = ["ENABLED", "MAX_IDLE", "TIMEOUT_S", "close_idle", "read_ranges", "usable"]
+try:  # the request loop in C (_http_native.c: Linux, built where a C compiler was present)
+    from grain_plugin_arrayrecord import _http_native
+
+    _native: Any = _http_native if hasattr(_http_native, "Fetch") else None
+except ImportError:  # pragma: no cover - built without a compiler, or not on Linux
+    _native = None
+
+__all__ = ["ENABLED", "MAX_IDLE", "NATIVE", "TIMEOUT_S", "close_idle", "read_ranges", "usable"]
+
+#: Whether the request loop runs in C (the ``_http_native`` accelerator; it releases the GIL
+#: while it waits, sends and receives), else in Python; the same requests, bytes and errors.
+NATIVE = _native is not None
 
 #: Set to False to send every request through fsspec instead.
 ENABLED = True
@@ -62,13 +74,19 @@ _HEAD_ROOM = 4096
 
 _LOCK = threading.Lock()
 _IDLE: dict[tuple[int, str], list[socket.socket]] = {}  # (pid, host:port) -> idle sockets
+_IDLE_FDS: dict[tuple[int, str], list[int]] = {}  # the same for the C loop: file descriptors
 
 
 def _after_fork_in_child() -> None:
     """A forked child starts with its own lock (another thread of the parent may have held the
-    parent's at the fork) and no kept connections (they are the parent's)."""
-    global _LOCK, _IDLE
-    _LOCK, _IDLE = threading.Lock(), {}
+    parent's at the fork) and no kept connections (they are the parent's; the child's copies of
+    the C loop's descriptors are closed, the sockets' close when collected)."""
+    global _LOCK, _IDLE, _IDLE_FDS
+    fds = [fd for group in _IDLE_FDS.values() for fd in group]
+    _LOCK, _IDLE, _IDLE_FDS = threading.Lock(), {}, {}
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 if hasattr(os, "register_at_fork"):
@@ -108,9 +126,14 @@ def close_idle() -> None:
     """Closes the idle connections kept for later calls."""
     with _LOCK:
         socks = [s for group in _IDLE.values() for s in group]
+        fds = [fd for group in _IDLE_FDS.values() for fd in group]
         _IDLE.clear()
+        _IDLE_FDS.clear()
     for s in socks:
         s.close()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _take_idle(netloc: str) -> socket.socket | None:
@@ -434,6 +457,99 @@ def _fetch(
     return out
 
 
+def _native_error(code: int, url: str, netloc: str) -> Exception:
+    """The exception (or ``_Fallback``) of the Python loop for the C loop's failure ``code``."""
+    n = _native
+    if code > 0:  # an HTTP status other than 206
+        if code == 404:
+            return FileNotFoundError(url)
+        if code >= 500 or code in (408, 429):
+            return HTTPStatusError(code, url)
+        return _Fallback()
+    if code == n.ERR_FALLBACK:
+        return _Fallback()
+    if code == n.ERR_CLOSED:
+        return ConnectionError(f"{netloc} closed the connection")
+    if code == n.ERR_NOT_HTTP:
+        return ConnectionError(f"not an HTTP answer from {url}")
+    if code == n.ERR_TOO_MUCH:
+        return ConnectionError(f"{url} sent more than the range")
+    if code == n.ERR_LONG_HEAD:
+        return ConnectionError(f"an answer head over 64 KiB: {url}")
+    if code == n.ERR_TIMEOUT:
+        return TimeoutError(f"no answer in {TIMEOUT_S} s")
+    return OSError(-code, os.strerror(-code))  # the errno's own subclass (ConnectionResetError...)
+
+
+#: The C loop hands control back at least this often (seconds), so a ``Ctrl-C`` is handled.
+_NATIVE_WAIT_S = 0.1
+
+
+def _fetch_native(
+    urls: list[str],
+    starts: list[int],
+    ends: list[int],
+    concurrency: int,
+    on_range: Callable[[int, Any], None] | None = None,
+) -> list[Any]:
+    """:func:`_fetch` with the request loop in C (``_http_native.Fetch``): the same requests and
+    results (a range's bytes are a ``memoryview`` of the buffer they were received into)."""
+    out: list[Any] = [None] * len(urls)
+    servers: dict[str, int] = {}
+    server_args: list[tuple[int, str, int, str, list[int]]] = []
+    parsed: dict[str, tuple[int, bytes]] = {}
+    requests: list[tuple[int, bytes, int, int]] = []
+    which: list[int] = []  # request number -> range number
+    try:
+        for i, (u, s, e) in enumerate(zip(urls, starts, ends)):
+            if e <= s:
+                out[i] = b""
+                continue
+            where = parsed.get(u)
+            if where is None:  # (server, target), once per URL
+                parts = urlsplit(u)
+                k = servers.get(parts.netloc)
+                if k is None:
+                    family, _, _, _, addr = socket.getaddrinfo(
+                        parts.hostname or "", parts.port or 80, type=socket.SOCK_STREAM
+                    )[0]
+                    k = servers[parts.netloc] = len(server_args)
+                    server_args.append((int(family), addr[0], addr[1], parts.netloc, []))
+                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                where = parsed[u] = (k, target.encode("ascii"))
+            requests.append((where[0], where[1], s, e))
+            which.append(i)
+    except OSError as e:  # the name does not resolve: every range fails (transient, as in _fetch)
+        return [b"" if e_ <= s_ else e for s_, e_ in zip(starts, ends)]
+    if not requests:
+        return out
+    for netloc, k in servers.items():
+        with _LOCK:
+            server_args[k][4].extend(_IDLE_FDS.pop((os.getpid(), netloc), ()))
+    fetch = _native.Fetch(server_args, requests, concurrency, TIMEOUT_S, MAX_IDLE)
+    netlocs = list(servers)
+    try:
+        while fetch.left:
+            for r, result in fetch.run(_NATIVE_WAIT_S):
+                i = which[r]
+                if isinstance(result, int):
+                    out[i] = _native_error(result, urls[i], netlocs[requests[r][0]])
+                elif on_range is None:
+                    out[i] = result
+                else:
+                    on_range(i, result)
+    finally:
+        for netloc, fds in zip(netlocs, fetch.idle()):
+            with _LOCK:
+                group = _IDLE_FDS.setdefault((os.getpid(), netloc), [])
+                keep = fds[: max(0, MAX_IDLE - len(group))]
+                group.extend(keep)
+            for fd in fds[len(keep) :]:
+                os.close(fd)
+        fetch.close()
+    return out
+
+
 def read_ranges(
     fs: Any,
     paths: Sequence[str],
@@ -460,7 +576,7 @@ def read_ranges(
             assert on_range is not None
             on_range(todo[k], data)
 
-        got = _fetch(
+        got = (_fetch if _native is None else _fetch_native)(
             [paths[i] for i in todo],
             [starts[i] for i in todo],
             [ends[i] for i in todo],

@@ -1,7 +1,9 @@
 """The lean ``http://`` range client (``http_ranges``) against real servers on loopback: it returns
 what fsspec returns, keeps fsspec's errors and the retry policy's bounded tries, replaces
 connections the server shut, reads answers it does not take through fsspec, and gives up on a
-silent server after a bounded wait."""
+silent server after a bounded wait. Every test runs with the request loop in C (``_http_native``,
+where it is built: ``test_riegeli_native.py::test_built_where_it_can_be`` fails where it could be
+and is not) and in Python."""
 
 from __future__ import annotations
 
@@ -31,6 +33,17 @@ FILES = {
 QUICK = RetryPolicy(attempts=3, initial_delay_s=0.01)
 
 
+@pytest.fixture(autouse=True, params=["C", "python"])
+def loop(request, monkeypatch):
+    """Which request loop ``read_ranges`` runs."""
+    if request.param == "C":
+        if http_ranges._native is None:
+            pytest.skip("the C request loop is not built here")
+    else:
+        monkeypatch.setattr(http_ranges, "_native", None)
+    return request.param
+
+
 @pytest.fixture
 def http_fs():
     http_ranges.close_idle()
@@ -54,7 +67,9 @@ def _asks(url: str):
 @pytest.mark.parametrize("poller", ["epoll", "selectors"])
 @pytest.mark.parametrize("server", [RangeHTTPServer, AsyncRangeServer])
 @pytest.mark.parametrize("concurrency", [1, 3, 64])
-def test_ranges_are_fsspecs(tmp_path, http_fs, server, concurrency, poller, monkeypatch):
+def test_ranges_are_fsspecs(tmp_path, http_fs, server, concurrency, poller, loop, monkeypatch):
+    if loop == "C" and poller == "selectors":
+        pytest.skip("the C loop is Linux-only and uses epoll")
     if poller == "selectors":  # where select has no epoll (macOS, Windows): selectors' default
         monkeypatch.delattr(http_ranges.select, "epoll", raising=False)
     elif not hasattr(http_ranges.select, "epoll"):
@@ -191,7 +206,7 @@ def test_connections_the_server_shut_are_replaced_without_a_failure(http_fs):
 
 @pytest.mark.parametrize("padding", [0, 100, 5_000, 40_000])
 @pytest.mark.parametrize("piece", [0, 3, 1_000])
-def test_heads_of_any_length_in_any_pieces_give_the_bodies(http_fs, padding, piece):
+def test_heads_of_any_length_in_any_pieces_give_the_bodies(http_fs, padding, piece, loop):
     """Head and body are received into one buffer with room for a head in front: a longer head
     (the body then gets its own buffer) and answers that arrive a few bytes at a time give the
     same bytes."""
@@ -201,7 +216,8 @@ def test_heads_of_any_length_in_any_pieces_give_the_bodies(http_fs, padding, pie
         asks = ([url] * 4, [0, 7, 1000, 299_990], [5, 9_000, 61_000, 300_000])
         got = http_ranges.read_ranges(http_fs, *asks, retry=QUICK, concurrency=2)
         assert [bytes(g) for g in got] == [FILES["a.bin"][s:e] for s, e in zip(*asks[1:])]
-        assert all(isinstance(g, bytearray) for g in got)
+        # the buffer the body was received into, not a copy of it
+        assert all(isinstance(g, memoryview if loop == "C" else bytearray) for g in got)
     finally:
         server.close()
 
@@ -300,6 +316,7 @@ def test_on_range_gets_each_range_once_and_its_errors_end_the_call(tmp_path, htt
 
 def _take_idle_in_child() -> None:
     assert http_ranges._take_idle("127.0.0.1:1") is None
+    assert http_ranges._IDLE_FDS == {}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
@@ -314,3 +331,54 @@ def test_a_forked_child_has_its_own_lock_and_no_kept_connections():
             child.kill()
             child.join(10)
     assert child.exitcode == 0
+
+
+def _client_sockets(port: int) -> list[int]:
+    """This process's descriptors of sockets connected to ``port`` on loopback (the clients'
+    ends; the server's ends of the same connections have ``port`` as their own)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            dup = os.dup(int(name))
+        except OSError:  # listdir's own descriptor, closed by now
+            continue
+        try:
+            with socket.socket(fileno=dup) as sock:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    if sock.getpeername()[1] == port:
+                        found.append(int(name))
+        except OSError:  # not a socket, or not connected
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="lists /proc/self/fd")
+def test_no_socket_is_left_open_after_close_idle(tmp_path, http_fs):
+    """Ranges that succeed or fail (404, a caller's error in ``on_range``) leave no connection
+    open but the kept ones, and ``close_idle`` closes those."""
+    (tmp_path / "a.bin").write_bytes(FILES["a.bin"])
+    with AsyncRangeServer(str(tmp_path)) as srv:
+        url = f"{srv.url}/a.bin"
+        starts = list(range(0, 200_000, 10_000))
+        ends = [s + 3_000 for s in starts]
+
+        def fail(i: int, data) -> None:
+            raise KeyError("the caller's error")
+
+        with pytest.raises(KeyError):  # the connections in use are closed, not kept
+            http_ranges.read_ranges(
+                http_fs, [url] * 20, starts, ends, retry=QUICK, concurrency=8, on_range=fail
+            )
+        assert len(_client_sockets(srv.port)) <= 8
+        with pytest.raises(FileNotFoundError):
+            http_ranges.read_ranges(
+                http_fs, [f"{srv.url}/nope"], [0], [10], retry=QUICK, concurrency=8
+            )
+        for _ in range(2):
+            got = http_ranges.read_ranges(
+                http_fs, [url] * 20, starts, ends, retry=QUICK, concurrency=8
+            )
+            assert [bytes(g) for g in got] == [FILES["a.bin"][s:e] for s, e in zip(starts, ends)]
+        assert 0 < len(_client_sockets(srv.port)) <= 8  # kept for the next call
+        http_ranges.close_idle()
+        assert _client_sockets(srv.port) == []

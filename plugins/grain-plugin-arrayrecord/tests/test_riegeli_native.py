@@ -1,6 +1,7 @@
-"""The plugin's C accelerator (``_riegeli_native``): HighwayHash equal to HighwayHash's reference
-code (highwayhash-cffi, in the test extra) at every length a remainder path can take, and the
-accelerator built wherever it can be."""
+"""The plugin's C accelerators: ``_riegeli_native``'s HighwayHash equal to HighwayHash's reference
+code (highwayhash-cffi, in the test extra) at every length a remainder path can take, and both
+accelerators (``_riegeli_native``, ``_http_native``) built wherever they can be (the C request
+loop's behaviour is tested in ``test_http_ranges.py``, which runs every test with both loops)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import ctypes
 import os
 import shutil
 import struct
+import sys
 import sysconfig
 
 import numpy as np
 import pytest
-from grain_plugin_arrayrecord import riegeli
+from grain_plugin_arrayrecord import http_ranges, riegeli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,8 +48,11 @@ def test_built_where_it_can_be():
         )
         assert riegeli.VERIFIES_HASHES
         assert riegeli.NATIVE_DECODE == _libzstd_loads()
+        # the request loop of http_ranges (epoll: Linux only)
+        assert http_ranges.NATIVE == sys.platform.startswith("linux")
     else:
         assert riegeli._native is None and not riegeli.NATIVE_DECODE
+        assert not http_ranges.NATIVE
 
 
 @needs_native
