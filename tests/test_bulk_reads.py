@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import grain_core as grain
-from grain_core.dataset import bulk_reads
+from grain_core.dataset import bulk_reads, chunk_sizes
 from grain_core.dataset.chunking import CHUNK_BYTES
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,8 +74,19 @@ def test_calls_hold_at_least_the_declared_size_and_output_is_unchanged(name):
 def test_with_threads_calls_reach_the_floor_even_above_the_buffer():
     src = BulkSource(N)
     list(_pipeline(src, grain.ReadOptions()))  # buffer 500 < 1024
-    assert max(src.sizes) == BULK, src.sizes  # capped by the threaded chunk cap (1,024)
+    assert max(src.sizes) == BULK, src.sizes
     assert len(src.sizes) <= 2 + N // BULK
+
+
+def test_with_threads_a_floor_above_the_chunk_cap_raises_it():
+    """A declared size above the threaded chunk cap (``_MAX_CHUNK``, 1,024) is what the calls get
+    with threads too (a remote reader's call of 4,096 indices costs about one of 1,024)."""
+    big = 4 * chunk_sizes._MAX_CHUNK
+    src = BulkSource(N, bulk=big)
+    got = list(_pipeline(src, grain.ReadOptions()))
+    assert got == list(_pipeline(BulkSource(N, bulk=0), grain.ReadOptions()))
+    assert max(src.sizes) == big, src.sizes
+    assert len(src.sizes) <= 2 + N // big
 
 
 class PairingSource(BulkSource):

@@ -10,7 +10,8 @@ one event loop, a call's time reflects everyone's queue rather than its own size
 ``to_iter_dataset`` (``prefetch.PrefetchDatasetIterator``) then, once it knows an element's size
 (after the first chunk of a (re)start, which stays small so the first element comes after one
 round trip), reads chunks of at least :func:`bulk_floor` indices: the declared size, at most
-``CHUNK_BYTES`` of elements and at most the iterator's chunk cap. With threads and a buffer it may
+``CHUNK_BYTES`` of elements and at most the chunk cap without threads (``_MAX_SYNC_CHUNK``), with
+threads too (a floor above the threaded cap, ``_MAX_CHUNK``, raises that cap). With threads and a buffer it may
 hold ``max(prefetch_buffer_size, 3 x floor)`` elements read ahead: while one call's elements are
 consumed, two calls are in flight, so one call's round trip overlaps another's decoding (with two,
 a fast consumer left one call in flight at a time: its latency and its CPU work in series). The

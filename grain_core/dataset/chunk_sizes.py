@@ -47,12 +47,13 @@ class ChunkSizes:
 
     def limit(self, ahead: bool, asked: bool = False) -> int:
         """The most elements a chunk may hold: ``_MAX_SYNC_CHUNK // source_fan_in`` (with threads
-        ``_MAX_CHUNK``), about ``CHUNK_BYTES`` bytes and, with threads, the buffer (a chunk read when
-        asked for) or half of it (a chunk read ahead, so reading ahead overlaps consuming).
+        ``_MAX_CHUNK``, or a bulk source's larger floor), about ``CHUNK_BYTES`` bytes and, with
+        threads, the buffer (a chunk read when asked for) or half of it (a chunk read ahead, so
+        reading ahead overlaps consuming; the buffer holds at least three floors).
         ``asked``: a chunk the caller reads for the elements a ``next_chunk(n)`` asks for (see
         ``next_chunk``): ``_MAX_SYNC_CHUNK // source_fan_in`` and ``CHUNK_BYTES`` only."""
         sync = self.sync or asked
-        limit = max(1, _MAX_SYNC_CHUNK // self.fan_in) if sync else _MAX_CHUNK
+        limit = max(1, _MAX_SYNC_CHUNK // self.fan_in) if sync else max(_MAX_CHUNK, self.floor)
         if self.elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self.elem_bytes))
         if not sync:

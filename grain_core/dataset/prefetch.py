@@ -357,7 +357,7 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not lazy:
             if items:
                 self._sizes.elem_bytes = tree.nbytes(items[0]) or self._sizes.elem_bytes
-                cap = _MAX_SYNC_CHUNK if self._sync else _MAX_CHUNK  # a bulk source's floor:
+                cap = _MAX_SYNC_CHUNK  # a bulk source's floor, threads or not:
                 self._sizes.floor = bulk_floor(self._bulk, max(self._sizes.elem_bytes, 1), cap)
             if sizes_pool:
                 self._sizes.adapt(seconds, pool_seconds, len(items))

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from grain_core.author import RetryPolicy, file_size, read_ranges, unique_ints
+from grain_core.author import RetryPolicy, file_size, read_ranges, unique_ints, with_retries
 from grain_plugin_arrayrecord import http_ranges, riegeli
 
 __all__ = [
@@ -38,7 +38,9 @@ __all__ = [
     "CHUNK_CACHE_BYTES",
     "INDEX_CACHE_BYTES",
     "ChunkReadError",
+    "INDEX_WAVE",
     "RemoteReader",
+    "load_indexes",
 ]
 
 INDEX_CACHE_BYTES = 256 << 20
@@ -53,8 +55,10 @@ MAX_GAP = 48 << 10
 MAX_REQUEST = 1 << 20
 MAX_INFLIGHT = 64 << 20
 #: ``ArrayRecordDataSource.bulk_read_size`` over remote files: a shuffled call this large costs
-#: about one round trip (its ranges are in flight together and nearby ones coalesce).
-BULK_READ_SIZE = 1024
+#: about one round trip per ``concurrency`` records (its ranges are in flight together and nearby
+#: ones coalesce), and its planning is spread over more records. A pipeline's chunks are also
+#: bounded by bytes (``CHUNK_BYTES``, 4 MiB), so large records get fewer indices per call.
+BULK_READ_SIZE = 4096
 
 
 class ChunkReadError(riegeli.ArrayRecordFormatError):
@@ -226,10 +230,23 @@ class RemoteReader:
             return found
 
     def _load_index(self) -> riegeli.FileIndex:
+        size = self._size()
+        first, ps = self._tail_span(size)
+        (tail,) = self._ranges([first], [size])
+        found = self._index_from_tail(tail, first, ps, size)
+        if isinstance(found, riegeli.FileIndex):
+            return found
+        (raw,) = self._ranges([found], [ps])
+        return self._index_from_footer(raw, found, ps, size)
+
+    def _size(self) -> int:
         try:
-            size = file_size(self._fs, self._path, self._retry)
+            return file_size(self._fs, self._path, self._retry)
         except FileNotFoundError as e:
             raise FileNotFoundError(f"ArrayRecordDataSource: no such file: {self.name!r}.") from e
+
+    def _tail_span(self, size: int) -> tuple[int, int]:
+        """``(first, ps)``: where the tail read for the index starts, the postscript's offset."""
         if size < riegeli.BLOCK_SIZE or size % riegeli.BLOCK_SIZE:
             raise riegeli.ArrayRecordFormatError(
                 f"the file has {size} bytes; ArrayRecord files end on a {riegeli.BLOCK_SIZE}-byte "
@@ -239,15 +256,22 @@ class RemoteReader:
                 size,
             )
         ps = ((size - 1) // riegeli.BLOCK_SIZE) * riegeli.BLOCK_SIZE
-        first = max(0, min(ps, size - _TAIL_BYTES))
-        (tail,) = self._ranges([first], [size])
+        return max(0, min(ps, size - _TAIL_BYTES)), ps
+
+    def _index_from_tail(
+        self, tail: Any, first: int, ps: int, size: int
+    ) -> riegeli.FileIndex | int:
+        """The index from the file's bytes ``[first, size)``, or the footer's offset when the
+        footer starts before ``first`` (``[footer, ps)`` must be read)."""
         self._check_length(tail, first, size)
         footer = riegeli.parse_postscript(memoryview(tail)[ps - first :], ps, size, self.name)
-        if footer >= first:
-            raw = memoryview(tail)[footer - first : ps - first]
-        else:
-            (raw,) = self._ranges([footer], [ps])
-            self._check_length(raw, footer, ps)
+        if footer < first:
+            return footer
+        raw = memoryview(tail)[footer - first : ps - first]
+        return riegeli.parse_footer(raw, footer, size, self.name)
+
+    def _index_from_footer(self, raw: Any, footer: int, ps: int, size: int) -> riegeli.FileIndex:
+        self._check_length(raw, footer, ps)
         return riegeli.parse_footer(raw, footer, size, self.name)
 
     def _check_length(self, data: bytes, begin: int, end: int) -> None:
@@ -369,6 +393,66 @@ class _Plan:
         chunks = self.chunks
         local = self.keys - self.idx.record_starts[self.cids]
         return [chunks[c].record(i) for c, i in zip(self.cids.tolist(), local.tolist())]
+
+
+#: ``load_indexes`` reads the indexes of at most this many files at a time (their tails, 256 KiB
+#: each, are held until parsed).
+INDEX_WAVE = 64
+
+
+def load_indexes(readers: Sequence[RemoteReader]) -> None:
+    """Reads and caches the indexes of ``readers`` not cached yet, the files' requests in flight
+    together: the sizes of a wave of files (:data:`INDEX_WAVE`) in one concurrent call
+    (``fs.sizes``), then their tails in one, then the footers longer than a tail in one, so
+    opening many files costs a few round trips instead of two per file. A file whose index this
+    cannot read (missing, damaged, a failing size call) is left uncached:
+    :meth:`RemoteReader.index` then reads it alone and raises its error, naming the file."""
+    todo: dict[Hashable, RemoteReader] = {}
+    for r in readers:
+        if r._key not in todo and _INDEXES.get(r._key) is None:
+            todo[r._key] = r
+    groups: dict[int, list[RemoteReader]] = {}
+    for r in todo.values():
+        groups.setdefault(id(r._fs), []).append(r)
+    for group in groups.values():
+        for w in range(0, len(group), INDEX_WAVE):
+            _load_wave(group[w : w + INDEX_WAVE])
+
+
+def _load_wave(wave: list[RemoteReader]) -> None:
+    first = wave[0]
+    fs, paths = first._fs, [r._path for r in wave]
+    try:
+        sizes = [int(n) for n in with_retries(lambda: fs.sizes(paths), "sizes", first._retry)]
+        spans = [r._tail_span(n) for r, n in zip(wave, sizes)]
+        tails = fetch_ranges(
+            fs,
+            paths,
+            [b for b, _ in spans],
+            sizes,
+            retry=first._retry,
+            concurrency=first._concurrency,
+        )
+        found = [
+            r._index_from_tail(t, b, ps, n) for r, t, (b, ps), n in zip(wave, tails, spans, sizes)
+        ]
+        del tails
+        longer = [k for k, f in enumerate(found) if not isinstance(f, riegeli.FileIndex)]
+        if longer:
+            raws = fetch_ranges(
+                fs,
+                [paths[k] for k in longer],
+                [found[k] for k in longer],
+                [spans[k][1] for k in longer],
+                retry=first._retry,
+                concurrency=first._concurrency,
+            )
+            for k, raw in zip(longer, raws):
+                found[k] = wave[k]._index_from_footer(raw, found[k], spans[k][1], sizes[k])
+    except Exception:  # noqa: BLE001 - each file's own read names what is wrong with it
+        return
+    for r, idx in zip(wave, found):
+        _INDEXES.put(r._key, idx)
 
 
 def read_many(reads: Sequence[tuple[RemoteReader, Sequence[int]]]) -> list[list[bytes]]:

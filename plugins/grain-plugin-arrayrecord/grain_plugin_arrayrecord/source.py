@@ -29,7 +29,13 @@ from grain_core.author import (
     is_local,
     resolve_filesystem,
 )
-from grain_plugin_arrayrecord.remote import BULK_READ_SIZE, ChunkReadError, RemoteReader, read_many
+from grain_plugin_arrayrecord.remote import (
+    BULK_READ_SIZE,
+    ChunkReadError,
+    RemoteReader,
+    load_indexes,
+    read_many,
+)
 
 __all__ = ["ArrayRecordDataSource", "FileInstruction", "FileInstructionLike", "RecordReadError"]
 
@@ -441,12 +447,19 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
         if self._ends is None:
             with self._index_lock:  # one thread counts; the others wait for its index
                 if self._ends is None:
-                    counts = []
-                    for f, c in enumerate(self._given_counts):
-                        if c is None:
-                            with self._using(f) as r:
-                                c = int(r.num_records())
-                        counts.append(c)
+                    given = self._given_counts
+                    with contextlib.ExitStack() as stack:
+                        readers = {
+                            f: stack.enter_context(self._using(f))
+                            for f, c in enumerate(given)
+                            if c is None
+                        }
+                        # remote files' indexes in a few concurrent round trips, not two each
+                        load_indexes([r for r in readers.values() if isinstance(r, RemoteReader)])
+                        counts = [
+                            int(readers[f].num_records()) if c is None else c
+                            for f, c in enumerate(given)
+                        ]
                     ends = np.cumsum(np.asarray(counts, dtype=np.int64))
                     self._counts = counts
                     self._starts = ends - np.asarray(counts, dtype=np.int64)

@@ -12,6 +12,7 @@ import fsspec
 import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
+from fsspec.implementations.memory import MemoryFileSystem
 from grain_plugin_arrayrecord import ArrayRecordDataSource, RecordReadError, remote, riegeli
 
 import grain_core as grain
@@ -291,3 +292,62 @@ def test_restore_across_process_counts_on_remote_data(http, data_dir, tmp_path):
         restore_across_process_counts(it, tmp_path, p2, 3)
         read += list(it)
     assert sorted(read) == sorted(expected)
+
+
+class _CountingMemoryFS(MemoryFileSystem):
+    """fsspec's memory filesystem, recording each ``sizes`` call's number of paths."""
+
+    calls: list[tuple[str, int]] = []
+
+    def sizes(self, paths):
+        self.calls.append(("sizes", len(paths)))
+        return super().sizes(paths)
+
+
+def test_the_indexes_of_many_files_are_read_together(data_dir, tmp_path, monkeypatch):
+    """Opening a source over several remote files reads their sizes in one call, their tails in
+    one batch of concurrent ranges, and the footers longer than a tail in one: a few round trips,
+    not two per file. The indexes are those each file's own read gives."""
+    fs = _CountingMemoryFS(skip_instance_cache=True)
+    real_fetch = remote.fetch_ranges
+
+    def counted_fetch(fs_, paths, starts, ends, **kwargs):
+        fs.calls.append(("ranges", len(paths)))
+        return real_fetch(fs_, paths, starts, ends, **kwargs)
+
+    monkeypatch.setattr(remote, "fetch_ranges", counted_fetch)
+    # a tail of 128 KiB: 64 KiB before the postscript's block, less than the ~90 KiB footer of
+    # 60,000 one-record chunks (the others' footers fit)
+    monkeypatch.setattr(remote, "_TAIL_BYTES", 128 << 10)
+    long_name = "many_chunks.array_record"
+    _write(tmp_path / long_name, [bytes([k % 251]) for k in range(60_000)], "group_size:1")
+    names = [_name(o) for o in OPTIONS]
+    for name in names:
+        fs.pipe(f"/idx/{name}", (data_dir / name).read_bytes())
+    fs.pipe(f"/idx/{long_name}", (tmp_path / long_name).read_bytes())
+    paths = [f"memory:///idx/{n}" for n in [*names, long_name]]
+    remote.clear_caches()
+    fs.calls.clear()
+    src = ArrayRecordDataSource(paths, filesystem=fs)
+    assert len(src) == 150 * len(OPTIONS) + 60_000
+    assert fs.calls == [("sizes", 9), ("ranges", 9), ("ranges", 1)]
+    together = {p: remote._INDEXES.get((fs, p.removeprefix("memory://"))) for p in paths}
+    remote.clear_caches()
+    for p in paths:
+        alone = remote.RemoteReader(fs, p.removeprefix("memory://")).index()
+        assert np.array_equal(alone.chunk_offsets, together[p].chunk_offsets)
+        assert np.array_equal(alone.record_starts, together[p].record_starts)
+    assert src[150 * len(OPTIONS) + 59_999] == bytes([59_999 % 251])
+
+
+def test_a_bad_file_among_many_is_named_by_its_own_error(http, data_dir, tmp_path):
+    names = [_name(o) for o in OPTIONS[:3]]
+    with pytest.raises(FileNotFoundError, match="no such file.*nope.array_record"):
+        len(ArrayRecordDataSource([f"{http.url}/{n}" for n in [*names, "nope.array_record"]]))
+    (tmp_path / "junk.bin").write_bytes(os.urandom(3 * 65536))
+    for name in names:
+        (tmp_path / name).write_bytes((data_dir / name).read_bytes())
+    with RangeHTTPServer(tmp_path) as server:
+        src = ArrayRecordDataSource([f"{server.url}/{n}" for n in [names[0], "junk.bin", names[1]]])
+        with pytest.raises(ValueError, match="junk.bin"):
+            len(src)
