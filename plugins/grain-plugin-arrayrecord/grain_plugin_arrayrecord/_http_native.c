@@ -128,6 +128,11 @@ typedef struct {
     PyObject *keep_alive; /* the tuple of targets (their bytes are pointed at) */
     double timeout, last;
     int closed;
+    /* A call opens at most initial_new new connections at first; more (up to nconns) once no
+     * answer came for grow_after seconds while requests wait (http_ranges.INITIAL_CONNECTIONS,
+     * GROW_AFTER_S). */
+    int initial_new, opened_new, grown;
+    double grow_after;
 } Fetch;
 
 static double now_s(void) {
@@ -265,14 +270,24 @@ static void fail_slot(Fetch *f, int slot, int code) {
     finish(f, r, code);
 }
 
+static int queued(Fetch *f) {
+    for (int k = 0; k < f->nservers; k++)
+        if (f->servers[k].qhead < f->servers[k].qlen)
+            return 1;
+    return 0;
+}
+
 static void fill(Fetch *f) {
     for (int k = 0; k < f->nservers; k++) {
         Server *s = &f->servers[k];
         while (s->qhead < s->qlen && f->open < f->nconns) {
+            if (!s->nidle && !f->grown && f->opened_new >= f->initial_new && f->open > 0)
+                break; /* more connections only once answers are slow (grow_after) */
             Py_ssize_t r = s->queue[s->qhead++];
             int fd = s->nidle ? s->idle[--s->nidle] : -1;
             int reused = fd >= 0;
             if (!reused) {
+                f->opened_new++;
                 fd = open_socket(s);
                 if (fd < 0) {
                     finish(f, r, fd);
@@ -623,12 +638,14 @@ bad:
 }
 
 static PyObject *fetch_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"servers", "requests", "concurrency", "timeout", "max_idle", NULL};
+    static char *kwlist[] = {"servers",  "requests",    "concurrency", "timeout",
+                             "max_idle", "initial_new", "grow_after",  NULL};
     PyObject *servers, *requests;
-    int concurrency, max_idle;
-    double timeout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOidi", kwlist, &servers, &requests,
-                                     &concurrency, &timeout, &max_idle))
+    int concurrency, max_idle, initial_new;
+    double timeout, grow_after;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOidiid", kwlist, &servers, &requests,
+                                     &concurrency, &timeout, &max_idle, &initial_new,
+                                     &grow_after))
         return NULL;
     if (!PyList_Check(servers) || !PyList_Check(requests) || concurrency < 1) {
         PyErr_SetString(PyExc_ValueError, "Fetch(servers: list, requests: list, concurrency >= 1)");
@@ -639,6 +656,8 @@ static PyObject *fetch_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         return NULL;
     f->ep = -1;
     f->timeout = timeout;
+    f->initial_new = initial_new;
+    f->grow_after = grow_after;
     f->nservers = (int)PyList_GET_SIZE(servers);
     f->servers = calloc(f->nservers ? f->nservers : 1, sizeof(Server));
     f->nreqs = PyList_GET_SIZE(requests);
@@ -715,6 +734,9 @@ static PyObject *fetch_run(PyObject *obj, PyObject *args) {
     while (f->left > 0 && f->ndone == 0) {
         double now = now_s();
         double until = deadline < f->last + f->timeout ? deadline : f->last + f->timeout;
+        int waiting = !f->grown && f->open < f->nconns && queued(f);
+        if (waiting && f->last + f->grow_after < until)
+            until = f->last + f->grow_after;
         int ms = until > now ? (int)((until - now) * 1000) + 1 : 0;
         int n = epoll_wait(f->ep, events, MAX_EVENTS, ms);
         if (n < 0) {
@@ -733,6 +755,10 @@ static PyObject *fetch_run(PyObject *obj, PyObject *args) {
             }
         } else if (now - f->last > f->timeout) {
             time_out(f);
+        }
+        if (waiting && now - f->last >= f->grow_after) { /* answers are slow: more connections */
+            f->grown = 1;
+            fill(f);
         }
         if (now >= deadline)
             break;
@@ -829,7 +855,8 @@ static PyTypeObject FetchType = {
     .tp_basicsize = sizeof(Fetch),
     .tp_dealloc = fetch_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Fetch(servers, requests, concurrency, timeout, max_idle): one call's ranges.",
+    .tp_doc = "Fetch(servers, requests, concurrency, timeout, max_idle, initial_new, grow_after): "
+              "one call's ranges.",
     .tp_methods = fetch_methods,
     .tp_getset = fetch_getset,
     .tp_new = fetch_new,

@@ -55,7 +55,17 @@ try:  # the request loop in C (_http_native.c: Linux, built where a C compiler w
 except ImportError:  # pragma: no cover - built without a compiler, or not on Linux
     _native = None
 
-__all__ = ["ENABLED", "MAX_IDLE", "NATIVE", "TIMEOUT_S", "close_idle", "read_ranges", "usable"]
+__all__ = [
+    "ENABLED",
+    "GROW_AFTER_S",
+    "INITIAL_CONNECTIONS",
+    "MAX_IDLE",
+    "NATIVE",
+    "TIMEOUT_S",
+    "close_idle",
+    "read_ranges",
+    "usable",
+]
 
 #: Whether the request loop runs in C (the ``_http_native`` accelerator; it releases the GIL
 #: while it waits, sends and receives), else in Python; the same requests, bytes and errors.
@@ -67,6 +77,12 @@ ENABLED = True
 TIMEOUT_S = 30.0
 #: Idle keep-alive connections kept per server between calls.
 MAX_IDLE = 128
+#: New connections a call opens at first (besides idle ones it reuses); more, up to its
+#: ``concurrency``, once no answer came for :data:`GROW_AFTER_S` while ranges wait: a quick server
+#: is served by a few reused connections (each new one costs both sides a connection set-up), a
+#: slow one (latency) gets them all after a millisecond.
+INITIAL_CONNECTIONS = 8
+GROW_AFTER_S = 0.001
 _MAX_HEAD = 65536
 #: Room for an answer's head in front of its body in the one buffer both are received into, so
 #: the body lands where it stays (a longer head costs one copy of what came with it).
@@ -328,11 +344,17 @@ def _fetch(
         out[req.i] = result
         left -= 1
 
-    def begin(req: _Request) -> None:
-        sock = _take_idle(req.netloc)
+    opened_new = 0
+    grown = False  # new connections up to ``concurrency`` (see INITIAL_CONNECTIONS)
+
+    def begin(req: _Request, sock: socket.socket | None) -> None:
+        nonlocal opened_new
         req.reused = sock is not None
         try:
-            send(req, sock if sock is not None else _connect(req, addresses), False)
+            if sock is None:
+                opened_new += 1
+                sock = _connect(req, addresses)
+            send(req, sock, False)
         except OSError as e:
             if sock is not None:
                 sock.close()
@@ -341,7 +363,13 @@ def _fetch(
     def fill() -> None:
         for queue in pending.values():
             while queue and len(open_) < concurrency:
-                begin(queue.popleft())
+                sock = _take_idle(queue[0].netloc)
+                if sock is None and not grown and opened_new >= INITIAL_CONNECTIONS and open_:
+                    break  # more connections only once answers are slow
+                begin(queue.popleft(), sock)
+
+    def waiting() -> bool:
+        return not grown and len(open_) < concurrency and any(pending.values())
 
     def drop(req: _Request) -> None:
         sock, req.sock = req.sock, None
@@ -353,8 +381,12 @@ def _fetch(
     last = time.monotonic()
     try:
         while left:
-            events = sel.select(min(1.0, TIMEOUT_S))
+            events = sel.select(GROW_AFTER_S if waiting() else min(1.0, TIMEOUT_S))
             if not events:
+                if waiting() and time.monotonic() - last >= GROW_AFTER_S:  # answers are slow
+                    grown = True
+                    fill()
+                    continue
                 if time.monotonic() - last > TIMEOUT_S:  # bounded: fail what is left
                     for req in list(open_.values()):
                         drop(req)
@@ -526,7 +558,15 @@ def _fetch_native(
     for netloc, k in servers.items():
         with _LOCK:
             server_args[k][4].extend(_IDLE_FDS.pop((os.getpid(), netloc), ()))
-    fetch = _native.Fetch(server_args, requests, concurrency, TIMEOUT_S, MAX_IDLE)
+    fetch = _native.Fetch(
+        server_args,
+        requests,
+        concurrency,
+        TIMEOUT_S,
+        MAX_IDLE,
+        INITIAL_CONNECTIONS,
+        GROW_AFTER_S,
+    )
     netlocs = list(servers)
     try:
         while fetch.left:

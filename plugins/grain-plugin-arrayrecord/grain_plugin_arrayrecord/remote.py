@@ -162,18 +162,31 @@ def fetch_ranges(
 def coalesce(
     begins: np.ndarray, ends: np.ndarray, max_gap: int, max_request: int
 ) -> list[tuple[int, int, int, int]]:
-    """Groups sorted spans into requests: ``(first span, last span + 1, request begin, request
-    end)``; neighbours closer than ``max_gap`` join while the request stays within
-    ``max_request`` bytes."""
+    """Groups sorted, disjoint spans into requests: ``(first span, last span + 1, request begin,
+    request end)``; each span joins the request before it while the hole between them is at most
+    ``max_gap`` and the request stays within ``max_request`` bytes (greedily, left to right). The
+    runs of spans split by larger holes are found with numpy, and a run longer than
+    ``max_request`` is cut by a binary search per request."""
+    n = len(begins)
+    if n == 0:
+        return []
+    b = np.asarray(begins, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    cuts = np.flatnonzero(b[1:] - e[:-1] > max_gap) + 1
+    firsts = np.concatenate(([0], cuts))
+    stops = np.concatenate((cuts, [n]))
     out = []
-    i, n = 0, len(begins)
-    while i < n:
-        j, b, e = i + 1, int(begins[i]), int(ends[i])
-        while j < n and int(begins[j]) - e <= max_gap and int(ends[j]) - b <= max_request:
-            e = int(ends[j])
-            j += 1
-        out.append((i, j, b, e))
-        i = j
+    for i, j, rb, re_ in zip(
+        firsts.tolist(), stops.tolist(), b[firsts].tolist(), e[stops - 1].tolist()
+    ):
+        if re_ - rb <= max_request:
+            out.append((i, j, rb, re_))
+            continue
+        while i < j:  # a run over max_request bytes: the most spans that fit, in turn
+            rb = int(b[i])
+            k = min(j, max(i + 1, int(np.searchsorted(e, rb + max_request, side="right"))))
+            out.append((i, k, rb, int(e[k - 1])))
+            i = k
     return out
 
 

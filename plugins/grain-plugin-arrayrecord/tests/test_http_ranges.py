@@ -343,12 +343,17 @@ def _client_sockets(port: int) -> list[int]:
         except OSError:  # listdir's own descriptor, closed by now
             continue
         try:
-            with socket.socket(fileno=dup) as sock:
+            sock = socket.socket(fileno=dup)
+        except OSError:  # not a socket
+            os.close(dup)
+            continue
+        with sock:
+            try:
                 if sock.family in (socket.AF_INET, socket.AF_INET6):
                     if sock.getpeername()[1] == port:
                         found.append(int(name))
-        except OSError:  # not a socket, or not connected
-            continue
+            except OSError:  # not connected
+                continue
     return found
 
 
@@ -382,3 +387,30 @@ def test_no_socket_is_left_open_after_close_idle(tmp_path, http_fs):
         assert 0 < len(_client_sockets(srv.port)) <= 8  # kept for the next call
         http_ranges.close_idle()
         assert _client_sockets(srv.port) == []
+
+
+def test_a_call_opens_more_connections_only_once_answers_are_slow(tmp_path, http_fs, monkeypatch):
+    """A call starts with at most ``INITIAL_CONNECTIONS`` new connections and opens more (up to
+    its concurrency) only after ``GROW_AFTER_S`` without an answer while ranges wait."""
+    (tmp_path / "a.bin").write_bytes(FILES["a.bin"])
+    starts = list(range(0, 200_000, 5_000))  # 40 ranges
+    ends = [s + 1_000 for s in starts]
+    want = [FILES["a.bin"][s:e] for s, e in zip(starts, ends)]
+    monkeypatch.setattr(http_ranges, "GROW_AFTER_S", 600.0)  # answers are never that slow here
+    with AsyncRangeServer(str(tmp_path)) as srv:
+        url = f"{srv.url}/a.bin"
+        got = http_ranges.read_ranges(
+            http_fs, [url] * 40, starts, ends, retry=QUICK, concurrency=64
+        )
+        assert [bytes(g) for g in got] == want
+        assert 0 < len(_client_sockets(srv.port)) <= http_ranges.INITIAL_CONNECTIONS
+    http_ranges.close_idle()
+    monkeypatch.setattr(http_ranges, "GROW_AFTER_S", 0.001)
+    with AsyncRangeServer(str(tmp_path), latency_s=0.5) as srv:
+        url = f"{srv.url}/a.bin"
+        got = http_ranges.read_ranges(
+            http_fs, [url] * 40, starts, ends, retry=QUICK, concurrency=64
+        )
+        assert [bytes(g) for g in got] == want
+        # every answer takes 0.5 s: the call grew past its first connections
+        assert len(_client_sockets(srv.port)) > http_ranges.INITIAL_CONNECTIONS

@@ -165,6 +165,32 @@ def test_coalescing_keeps_far_apart_chunks_separate():
     assert capped == [(0, 2, 0, 110), (2, 3, 120, 170)]
 
 
+def _greedy_requests(begins, ends, max_gap: int, max_request: int):
+    """The rule ``coalesce`` implements, span by span: a span joins the request before it while
+    the hole is at most ``max_gap`` and the request stays within ``max_request`` bytes."""
+    out, i = [], 0
+    while i < len(begins):
+        j, b, e = i + 1, int(begins[i]), int(ends[i])
+        while j < len(begins) and begins[j] - e <= max_gap and ends[j] - b <= max_request:
+            e, j = int(ends[j]), j + 1
+        out.append((i, j, b, e))
+        i = j
+    return out
+
+
+def test_coalescing_follows_the_greedy_rule_on_random_spans():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        n = int(rng.integers(0, 60))
+        sizes, holes = rng.integers(1, 3000, n), rng.integers(0, 5000, n)
+        begins = np.cumsum(holes + np.concatenate(([0], sizes[:-1]))) if n else np.zeros(0, int)
+        ends = begins + sizes
+        max_gap, max_request = int(rng.integers(0, 4000)), int(rng.integers(1, 20_000))
+        assert remote.coalesce(begins, ends, max_gap, max_request) == _greedy_requests(
+            begins, ends, max_gap, max_request
+        )
+
+
 def test_transient_failures_are_retried_and_give_up_after_bounded_tries(http, data_dir):
     name = _name("group_size:7,zstd")
     expected = _reference(data_dir / name)
