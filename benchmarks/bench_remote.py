@@ -117,8 +117,8 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _epoch(src, n: int) -> int:
-    order = np.random.default_rng(1).permutation(n)
+def _epoch(src, n: int, seed: int = 1) -> int:
+    order = np.random.default_rng(seed).permutation(n)
     got = 0
     for s in range(0, n, BATCH):
         got += len(src.__getitems__(order[s : s + BATCH].tolist()))
@@ -126,7 +126,9 @@ def _epoch(src, n: int) -> int:
 
 
 def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
-    """One row, in this (child) process."""
+    """One row, in this (child) process: its first epoch (timed from opening the files), then a
+    second one in the same process (the same source or pipeline, another shuffle order where the
+    row shuffles itself)."""
     from grain_plugin_arrayrecord import ArrayRecordDataSource
 
     import grain_core as grain
@@ -142,76 +144,90 @@ def _row(row: str, url: str, local_dir: str, names: list[str]) -> dict:
         mem = fsspec.filesystem("memory")
         for n in names:
             mem.pipe(f"/bench_remote/{n}", Path(local_dir, n).read_bytes())
-        src = ArrayRecordDataSource([f"memory://bench_remote/{n}" for n in names])
+    urls = [f"{url}/{n}" for n in names]
+    held: dict = {}  # what the first epoch opened, for the second
+
+    def source(paths: list[str]):
+        if "src" not in held:
+            held["src"] = ArrayRecordDataSource(paths)
+        return held["src"]
+
+    def epoch(k: int) -> int:
+        if row == "local":
+            src = source([os.path.join(local_dir, n) for n in names])
+            return _epoch(src, len(src), 1 + k)
+        if row == "download + local":
+            import fsspec
+
+            if "dir" not in held:
+                held["dir"] = tempfile.TemporaryDirectory()
+                fs = fsspec.filesystem("http")
+                for n in names:
+                    fs.get(f"{url}/{n}", os.path.join(held["dir"].name, n))
+            src = source([os.path.join(held["dir"].name, n) for n in names])
+            return _epoch(src, len(src), 1 + k)
+        if row in ("remote", "memory"):
+            paths = urls if row == "remote" else [f"memory://bench_remote/{n}" for n in names]
+            src = source(paths)
+            return _epoch(src, len(src), 1 + k)
+        if row == "remote, 4 threads":
+            import concurrent.futures
+
+            src = source(urls)
+            n = len(src)
+            order = np.random.default_rng(1 + k).permutation(n)
+            batches = [order[s : s + BATCH].tolist() for s in range(0, n, BATCH)]
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                return sum(len(b) for b in pool.map(src.__getitems__, batches))
+        if row in ("remote, pipeline", "remote, pipeline, no threads"):
+            if "ds" not in held:
+                options = grain.ReadOptions()
+                if row.endswith("no threads"):
+                    options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+                src = source(urls)
+                held["ds"] = grain.MapDataset.source(src).seed(1).shuffle().to_iter_dataset(options)
+            return sum(1 for _ in held["ds"])
+        if row == "requests":
+            import fsspec
+            from grain_plugin_arrayrecord import remote
+
+            fs = fsspec.filesystem("http")
+            n = FILES * RECORDS_PER_FILE // 4  # requests (rate: requests/s)
+            starts = [(i // FILES) * 4 * RECORD_BYTES for i in range(n)]
+            out = remote.fetch_ranges(  # the reader's own request path (http_ranges for http://)
+                fs,
+                [urls[i % FILES] for i in range(n)],
+                starts,
+                [s + RECORD_BYTES for s in starts],
+                retry=remote.RetryPolicy(),
+                concurrency=remote.CONCURRENCY,
+            )
+            assert all(len(b) == RECORD_BYTES for b in out)
+            return n
+        raise ValueError(row)
+
     # The imports' garbage is collected before the clock, in every row: otherwise the first full
     # collection (tens of ms after aiohttp's and fsspec's imports) falls inside the timed epoch.
     gc.collect()
     base = _rss_mb()
     cpu0 = _cpu_s(os.getpid())
-    t0 = time.perf_counter()
-    if row == "local":
-        src = ArrayRecordDataSource([os.path.join(local_dir, n) for n in names])
-        got = _epoch(src, len(src))
-    elif row == "download + local":
-        import fsspec
-
-        fs = fsspec.filesystem("http")
-        with tempfile.TemporaryDirectory() as d:
-            for n in names:
-                fs.get(f"{url}/{n}", os.path.join(d, n))
-            src = ArrayRecordDataSource([os.path.join(d, n) for n in names])
-            got = _epoch(src, len(src))
-            src.close()
-    elif row == "remote":
-        src = ArrayRecordDataSource([f"{url}/{n}" for n in names])
-        got = _epoch(src, len(src))
-    elif row == "memory":
-        got = _epoch(src, len(src))  # the files were put in fsspec's memory filesystem below
-    elif row == "remote, 4 threads":
-        import concurrent.futures
-
-        src = ArrayRecordDataSource([f"{url}/{n}" for n in names])
-        n = len(src)
-        order = np.random.default_rng(1).permutation(n)
-        batches = [order[s : s + BATCH].tolist() for s in range(0, n, BATCH)]
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            got = sum(len(b) for b in pool.map(src.__getitems__, batches))
-    elif row in ("remote, pipeline", "remote, pipeline, no threads"):
-        src = ArrayRecordDataSource([f"{url}/{n}" for n in names])
-        options = grain.ReadOptions()
-        if row.endswith("no threads"):
-            options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
-        ds = grain.MapDataset.source(src).seed(1).shuffle().to_iter_dataset(options)
-        got = sum(1 for _ in ds)
-    elif row == "requests":
-        import fsspec
-        from grain_plugin_arrayrecord import remote
-
-        fs = fsspec.filesystem("http")
-        n = FILES * RECORDS_PER_FILE // 4  # requests (rate: requests/s)
-        starts = [(i // FILES) * 4 * RECORD_BYTES for i in range(n)]
-        out = remote.fetch_ranges(  # the reader's own request path (http_ranges for http://)
-            fs,
-            [f"{url}/{names[i % FILES]}" for i in range(n)],
-            starts,
-            [s + RECORD_BYTES for s in starts],
-            retry=remote.RetryPolicy(),
-            concurrency=remote.CONCURRENCY,
-        )
-        assert all(len(b) == RECORD_BYTES for b in out)
-        got = n
-    else:
-        raise ValueError(row)
-    seconds = time.perf_counter() - t0
+    rates = []
+    for k in range(1 if row == "requests" else 2):
+        t0 = time.perf_counter()
+        got = epoch(k)
+        rates.append(got / (time.perf_counter() - t0))
+        assert got == FILES * RECORDS_PER_FILE or row == "requests", got
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    assert got == FILES * RECORDS_PER_FILE or row == "requests", got
     cpu = _cpu_s(os.getpid()) - cpu0
+    if "dir" in held:
+        held["dir"].cleanup()
     return {
-        "rate": got / seconds,
-        "seconds": seconds,
+        "rate": rates[0],
+        "next": rates[-1],
+        "epochs": len(rates),
         "peak_mb": peak - base,
         "cpu_s": cpu,
-        "records": got,
+        "records": got * len(rates),
     }
 
 
@@ -260,10 +276,11 @@ def remote_report(
     _write(d)
     print(
         f"{'remote ArrayRecord: shuffled epoch, 4 x 8192 x 1 KiB, group_size:1':<66} "
-        f"{'records/s':>10} {'x local':>7} {'peak MB':>8} {'requests':>9} {'CPU s':>6} "
-        f"{server + ' server':>14} {'us/rec':>7} {'srv us':>7} {'KiB/rec':>7}  passes (records/s)"
+        f"{'records/s':>10} {'x local':>7} {'next':>8} {'x local':>7} {'peak MB':>8} "
+        f"{'requests':>9} {'CPU s':>6} {server + ' server':>14} {'us/rec':>7} {'srv us':>7} "
+        f"{'KiB/rec':>7}  passes (records/s)"
     )
-    local_rate = None
+    local_rate = local_next = None
     for latency in latencies:
         for row in ("local", *[r for r in rows if r != "local"]):
             if row == "local" and local_rate is not None:
@@ -277,11 +294,13 @@ def remote_report(
             runs.sort(key=lambda r: r["rate"])
             r = runs[(len(runs) - 1) // 2]
             if row == "local":
-                local_rate = r["rate"]
+                local_rate, local_next = r["rate"], r["next"]
             label = f"{row} ({latency * 1000:.0f} ms/request)" if row != "local" else row
             label = "remote, memory:// (no HTTP)" if row == "memory" else label
             label += " [requests/s]" if row == "requests" else ""
             share = r["rate"] / local_rate if local_rate else float("nan")
+            share_next = r["next"] / local_next if local_next else float("nan")
+            requests = r["requests"] // r["epochs"] if r["requests"] >= 0 else -1
             n = max(r.get("records", 1), 1)
             per = (
                 f"{r['cpu_s'] / n * 1e6:>7.1f} {r['server_s'] / n * 1e6:>7.1f} "
@@ -289,8 +308,9 @@ def remote_report(
             )
             spread = f"{runs[0]['rate']:,.0f}-{runs[-1]['rate']:,.0f}"
             print(
-                f"  {label:<64} {r['rate']:>10,.0f} {share:>7.3f} {r['peak_mb']:>8.0f} "
-                f"{r['requests']:>9} {r['cpu_s']:>6.1f} {r['server_s']:>14.1f} {per}  {spread}",
+                f"  {label:<64} {r['rate']:>10,.0f} {share:>7.3f} {r['next']:>8,.0f} "
+                f"{share_next:>7.3f} {r['peak_mb']:>8.0f} {requests:>9} {r['cpu_s']:>6.1f} "
+                f"{r['server_s']:>14.1f} {per}  {spread}",
                 flush=True,
             )
 

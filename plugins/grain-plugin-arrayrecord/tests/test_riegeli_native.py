@@ -55,8 +55,21 @@ def test_built_where_it_can_be():
         assert not http_ranges.NATIVE
 
 
+@pytest.fixture(params=["AVX2", "portable"])
+def simd(request):
+    """HighwayHash's packet loop with AVX2 (where the CPU has it) or the portable one."""
+    native = riegeli._native
+    on = native._set_simd(request.param == "AVX2")
+    if request.param == "AVX2" and not on:
+        native._set_simd(True)
+        pytest.skip("this CPU has no AVX2 (the portable loop is tested)")
+    yield request.param
+    native._set_simd(True)
+
+
 @needs_native
-def test_highwayhash_is_the_reference_codes():
+def test_highwayhash_is_the_reference_codes(simd):
+    """With AVX2 and without: the same hashes as HighwayHash's reference code."""
     from highwayhash._highwayhash import ffi, lib
 
     rng = np.random.default_rng(7)
