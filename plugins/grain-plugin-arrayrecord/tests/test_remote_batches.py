@@ -114,12 +114,12 @@ def test_gcs_emulator_reads_every_record_like_array_record(files):
 
 
 def test_a_remote_pipeline_reads_in_bulk_calls(files, monkeypatch):
-    """Remote files declare ``bulk_read_size`` (local ones do not), so a shuffled pipeline with
-    default ``ReadOptions`` gives the reader calls of ``remote.BULK_READ_SIZE`` indices (capped by
-    the epoch), with the same records in the same order as over the local files."""
+    """Sources declare ``bulk_read_size``, so a shuffled pipeline with default ``ReadOptions``
+    gives the reader calls of ``remote.BULK_READ_SIZE`` indices (capped by the epoch), with the
+    same records in the same order as over the local files."""
     d, names = files
     local = ArrayRecordDataSource([str(d / n) for n in names])
-    assert local.bulk_read_size == 0
+    assert local.bulk_read_size == remote.BULK_READ_SIZE
     sizes: list[int] = []
     real = ArrayRecordDataSource.__getitems__
 
