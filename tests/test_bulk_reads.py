@@ -89,6 +89,19 @@ def test_with_threads_a_floor_above_the_chunk_cap_raises_it():
     assert len(src.sizes) <= 2 + N // big
 
 
+def test_the_floor_counts_source_indices_not_batches():
+    """Under ``batch(16)`` an element reads 16 source indices: the floor is the declared size over
+    16 elements, so calls stay near the declaration (before, it was 16 times as many indices)."""
+    for options in (grain.ReadOptions(), grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)):
+        src = BulkSource(N)
+        ds = grain.MapDataset.source(src).seed(7).shuffle().batch(16).to_iter_dataset(options)
+        it = iter(ds)
+        for _ in range(3):
+            next(it)
+        assert it._sizes.floor == BULK // 16
+        it.close()
+
+
 class PairingSource(BulkSource):
     """Each call waits (at most ``WAIT_S``) until another call is in flight too, and records the
     most calls in flight at once: reads that overlap find a partner at once."""

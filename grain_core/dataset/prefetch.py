@@ -357,8 +357,12 @@ class PrefetchDatasetIterator(DatasetIterator):
         if not lazy:
             if items:
                 self._sizes.elem_bytes = tree.nbytes(items[0]) or self._sizes.elem_bytes
-                cap = _MAX_SYNC_CHUNK  # a bulk source's floor, threads or not:
-                self._sizes.floor = bulk_floor(self._bulk, max(self._sizes.elem_bytes, 1), cap)
+                # a bulk source's floor, threads or not, in elements: an element reads up to
+                # ``fan_in`` source indices (a batch), the declaration counts source indices
+                fan_in = self._sizes.fan_in
+                cap = max(1, _MAX_SYNC_CHUNK // fan_in)
+                per_call = -(-self._bulk // fan_in)
+                self._sizes.floor = bulk_floor(per_call, max(self._sizes.elem_bytes, 1), cap)
             if sizes_pool:
                 self._sizes.adapt(seconds, pool_seconds, len(items))
             if not ahead:
