@@ -291,6 +291,14 @@ def _connect(req: _Request, addresses: dict[tuple[str, int], Any]) -> socket.soc
     return sock
 
 
+def _where(url: str) -> tuple[str, tuple[str, int], str]:
+    """``(netloc, (host, port), target)`` of a plain ``http://`` URL: where its requests go and the
+    request target they name."""
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.netloc, (parts.hostname or "", parts.port or 80), target
+
+
 def _fetch(
     urls: list[str],
     starts: list[int],
@@ -309,10 +317,8 @@ def _fetch(
             out[i] = b""
             continue
         where = parsed.get(u)
-        if where is None:  # (netloc, (host, port), target), once per URL
-            parts = urlsplit(u)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            where = parsed[u] = (parts.netloc, (parts.hostname or "", parts.port or 80), target)
+        if where is None:  # once per URL
+            where = parsed[u] = _where(u)
         req = _Request(i, where, s, e)
         pending.setdefault(req.netloc, collections.deque()).append(req)
     left = sum(len(q) for q in pending.values())
@@ -539,15 +545,14 @@ def _fetch_native(
                 continue
             where = parsed.get(u)
             if where is None:  # (server, target), once per URL
-                parts = urlsplit(u)
-                k = servers.get(parts.netloc)
+                netloc, (host, port), target = _where(u)
+                k = servers.get(netloc)
                 if k is None:
                     family, _, _, _, addr = socket.getaddrinfo(
-                        parts.hostname or "", parts.port or 80, type=socket.SOCK_STREAM
+                        host, port, type=socket.SOCK_STREAM
                     )[0]
-                    k = servers[parts.netloc] = len(server_args)
-                    server_args.append((int(family), addr[0], addr[1], parts.netloc, []))
-                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                    k = servers[netloc] = len(server_args)
+                    server_args.append((int(family), addr[0], addr[1], netloc, []))
                 where = parsed[u] = (k, target.encode("ascii"))
             requests.append((where[0], where[1], s, e))
             which.append(i)
