@@ -3,10 +3,10 @@
 A random-access source may declare an integer attribute ``bulk_read_size`` (class attribute or
 property; 0 or absent: no declaration). It says that one ``__getitems__`` call has a large fixed
 cost that a call of that many indices amortises: a round trip (a remote reader that makes one
-call's reads concurrent and coalesces nearby byte ranges), or a thread pool's fan-out (array_record's
-C++ reader). Measuring
-chunk times cannot see that reliably: on a loaded machine, or with several threads' calls sharing
-one event loop, a call's time reflects everyone's queue rather than its own size.
+call's reads concurrent and coalesces nearby byte ranges), or a thread pool's fan-out
+(array_record's C++ reader). Measuring chunk times cannot see that reliably: on a loaded machine,
+or with several threads' calls sharing one event loop, a call's time reflects everyone's queue
+rather than its own size.
 
 ``to_iter_dataset`` (``prefetch.PrefetchDatasetIterator``) then, once it knows an element's size
 (after the first chunk of a (re)start, which stays small so the first element comes after one
@@ -14,12 +14,12 @@ round trip), reads chunks of at least :func:`bulk_floor` elements: the declared 
 the most source indices one element reads (``chunking.source_fan_in``: a batch's size), at most
 ``CHUNK_BYTES`` of elements and at most the chunk cap without threads (``_MAX_SYNC_CHUNK`` source
 indices), with threads too (a floor above the threaded cap, ``_MAX_CHUNK``, raises that cap).
-With threads and a buffer it may
-hold ``max(prefetch_buffer_size, 3 x floor)`` elements read ahead: while one call's elements are
-consumed, two calls are in flight, so one call's round trip overlaps another's decoding (with two,
-a fast consumer left one call in flight at a time: its latency and its CPU work in series). The
-memory read ahead stays below ``max(prefetch_buffer_size elements, 3 x CHUNK_BYTES)``. What is
-read and when changes; which elements come out, their order and the state do not.
+With threads and a buffer it may hold ``max(prefetch_buffer_size, 3 x floor)`` elements read
+ahead: while one call's elements are consumed, two calls are in flight, so one call's round trip
+overlaps another's decoding (with two, a fast consumer left one call in flight at a time: its
+latency and its CPU work in series). The memory read ahead stays below
+``max(prefetch_buffer_size elements, 3 x CHUNK_BYTES)``. What is read and when changes; which
+elements come out, their order and the state do not.
 
 The declaration is found through the ``MapDataset`` stages above the source (map, shuffle, slice,
 filter, ...): the largest declaration of the sources under the stage is used.

@@ -3,10 +3,13 @@
 fsspec's HTTP filesystem runs every range request through aiohttp on its event loop thread, about
 0.2 ms of client CPU per request; a shuffled read of small records makes one request per few
 records, so that cost bounds the rate. :func:`read_ranges` sends the same ``GET`` with a ``Range``
-header over non-blocking sockets watched by one loop in the calling thread (``select.epoll``
-where there is one, else ``selectors``), keeps the connections open between calls (a bounded
-per-process pool), and parses only what a range answer needs (status, ``Content-Length``,
-``Content-Range``, ``Connection``).
+header over non-blocking sockets watched by one loop in the calling thread, keeps the connections
+open between calls (a bounded per-process pool), and parses only what a range answer needs
+(status, ``Content-Length``, ``Content-Range``, ``Connection``). The loop runs in C where the
+plugin's ``_http_native`` accelerator is built (:data:`NATIVE`; Linux, ``epoll``, the GIL released
+while it runs: :func:`_fetch_native`), else in Python (``select.epoll`` where there is one, else
+``selectors``: :func:`_fetch`); both follow every rule below. A call opens at most
+:data:`INITIAL_CONNECTIONS` new connections, more once answers are slow (:data:`GROW_AFTER_S`).
 
 It is used only where it changes nothing but the cost (:func:`usable`): fsspec's
 ``HTTPFileSystem`` made without options (no headers, auth or client arguments, which this client
@@ -21,9 +24,10 @@ the ranges still open with ``TimeoutError``. A connection reused from the pool t
 closed is replaced once by a fresh one (not counted as a try).
 
 Copies: an answer is received into one buffer of the range's length plus room for its head
-(:data:`_HEAD_ROOM`), so the body lands in place from the socket and is handed on as that
-``bytearray`` with the head dropped from its front (no copy); only a head longer than the room
-costs one copy of the body bytes that came with it.
+(:data:`_HEAD_ROOM`), so the body lands in place from the socket and is handed on as that buffer
+without the head (no copy: a ``bytearray`` with its front dropped in Python, a ``memoryview`` of
+the C loop's buffer); only a head longer than the room costs one copy of the body bytes that came
+with it.
 
 Memory: each range's body is at most its requested length (a longer answer is refused), answer
 heads at most 64 KiB, at most ``concurrency`` connections open per call and

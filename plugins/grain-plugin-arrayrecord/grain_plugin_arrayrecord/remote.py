@@ -433,6 +433,7 @@ def load_indexes(readers: Sequence[RemoteReader]) -> None:
 
 
 def _load_wave(wave: list[RemoteReader]) -> None:
+    """:func:`load_indexes` for files of one filesystem, all cached or none (on any failure)."""
     first = wave[0]
     fs, paths = first._fs, [r._path for r in wave]
     try:

@@ -309,7 +309,6 @@ class ArrayRecordDataSource(grain.sources.RandomAccessDataSource[bytes]):
                     f"got {type(item).__name__}."
                 )
         self._files = files
-        self._remote = not all(is_local(p, filesystem) and not p.startswith("file://") for p in files)
         self._given_counts = counts
         self._skips = np.asarray(skips, dtype=np.int64)
         self._reader_options = _options_string(reader_options)
