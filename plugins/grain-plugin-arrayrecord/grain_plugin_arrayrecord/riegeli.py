@@ -360,7 +360,8 @@ def decode_singles(
     anything wrong (another chunk type or compression, a hash that does not match, a failed
     decompression, a size that disagrees): the caller decodes that chunk with
     :func:`decode_chunk`, which names the problem. A chunk that a block header interrupts (one in
-    about 60 of 1 KiB chunks) is decoded here too, from a copy without the header. Needs
+    about 60 of 1 KiB chunks) is decoded here too, from a copy without the header (in C when the
+    header is whole inside the chunk and its hash right; otherwise here, which names it). Needs
     :data:`VERIFIES_HASHES` (all ``None`` without HighwayHash). A record returned here passed
     exactly the checks :func:`decode_chunk` makes of it: both hashes, the chunk type and count,
     the sizes. Runs in C where :data:`NATIVE_DECODE` (hashing and zstd without the GIL)."""

@@ -68,6 +68,11 @@ def test_single_record_chunks_decode_in_bulk_like_array_record(tmp_path, option)
         assert got == [None] * len(begins)
     else:  # every chunk is decoded here (those a block header interrupts too), and right
         assert got == expected and any(crossing)
+        if riegeli.NATIVE_DECODE:  # in C, those a block header interrupts too
+            records, left = riegeli._native.decode_singles(
+                data[base:], base, begins, ends, riegeli._HASH_KEY
+            )
+            assert records == expected and left == []
     assert all(g is None or g == e for g, e in zip(got, expected))
     # Through the reader (bulk where it applies, one by one elsewhere): array_record's records.
     src = ArrayRecordDataSource(str(path).replace(str(tmp_path), "memory://bulk_decode", 1))
