@@ -9,9 +9,11 @@ trip; ``--server thread`` uses the thread-per-connection ``RangeHTTPServer`` ins
 the shared cores about 3x more CPU per request). The server shares the reader's 2 cores here; a
 real object store does not: the ``server`` column says what it took. Every row runs in
 a fresh child process (``--row``), reads one epoch in a shuffled order, ``BATCH`` indices per
-``__getitems__`` call, and reports records/s, the child's peak RSS above its RSS before reading
-(index and caches included), the number of HTTP requests the server answered, and the CPU seconds
-of the reading process (all threads) and of the server during the row; then the same per record
+``__getitems__`` call, then a second epoch in the same process (indexes cached, connections kept:
+the ``next`` columns), and reports the first epoch's records/s, the second's, the child's peak RSS
+above its RSS before reading (index and caches included), the HTTP requests the server answered
+per epoch, and the CPU seconds of the reading process (all threads) and of the server during the
+row (both epochs); then the same per record over both epochs
 (``us/rec``: the reader's CPU microseconds, ``srv us``: the server's) and the body bytes the
 server sent per record (``KiB/rec``: with ``requests``, what the row's cost per record is made
 of; docs/sources.md, "Where the time goes", reads them). The timed part starts after the imports
