@@ -42,6 +42,11 @@ Shared memory (a runtime whose workers share the consumer's host)
   ``PipePool`` / ``PipeChannel`` / ``PipeWorker`` (the consumer's side,
   :mod:`grain_core.runtime.pipe_pool`), ``PipeEndpoint`` (the worker's side) and ``CreditSender``,
   see ``docs/writing-plugins.md``, "The pipe transport for a runtime".
+Memory
+  ``tune_malloc``: glibc's mmap and trim thresholds set once per process, so a stream of large
+  buffers allocated and freed (elements, range reads) reuses its pages instead of faulting them in
+  afresh (:mod:`grain_core.runtime.malloc_tuning`; ``mp_prefetch`` calls it in the consumer and the
+  workers; a source reading large byte ranges calls it in the reading process).
 Threads
   ``ReadAhead``: an iterator read ahead by a background thread with exact states, bounded stops
   and interrupt-safe commits (what thread prefetch and interleave's ``iter_buffer_size`` use).
@@ -181,6 +186,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
         "next_or_rollback",
     ),
     "grain_core.runtime.credits": ("CreditSender",),
+    "grain_core.runtime.malloc_tuning": ("tune_malloc",),
     "grain_core.runtime.pipe_pool": ("PipeChannel", "PipePool", "PipeWorker"),
     "grain_core.runtime.process_worker": ("PipeEndpoint",),
     "grain_core.runtime.read_ahead": ("ReadAhead",),
@@ -293,6 +299,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         next_or_rollback,
     )
     from grain_core.runtime.credits import CreditSender
+    from grain_core.runtime.malloc_tuning import tune_malloc
     from grain_core.runtime.pipe_pool import PipeChannel, PipePool, PipeWorker
     from grain_core.runtime.process_worker import PipeEndpoint
     from grain_core.runtime.read_ahead import ReadAhead

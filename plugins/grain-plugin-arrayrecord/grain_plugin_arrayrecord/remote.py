@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from grain_core.author import RetryPolicy, file_size, read_ranges, unique_ints, with_retries
+from grain_core.author import (
+    RetryPolicy,
+    file_size,
+    read_ranges,
+    tune_malloc,
+    unique_ints,
+    with_retries,
+)
 from grain_plugin_arrayrecord import http_ranges, riegeli
 
 __all__ = [
@@ -217,6 +224,9 @@ class RemoteReader:
         self._max_inflight = MAX_INFLIGHT if max_inflight is None else max_inflight
         self._key = (fs, path)
         self._index_lock = threading.Lock()
+        # Reads allocate and free range buffers of up to ``max_request`` bytes at the rate of
+        # records: with glibc's default thresholds each one faulted its pages in afresh.
+        tune_malloc()
 
     # --- index ----------------------------------------------------------------------------------
 
