@@ -12,13 +12,14 @@ import http.server
 import multiprocessing
 import os
 import re
+import select
 import socket
 import threading
 
 import fsspec
 import numpy as np
 import pytest
-from grain_plugin_arrayrecord import http_ranges
+from grain_plugin_arrayrecord import _http_shared, http_ranges
 
 from grain_core.filesystems import RetryPolicy
 from grain_core.testing.servers import RangeHTTPServer
@@ -71,8 +72,8 @@ def test_ranges_are_fsspecs(tmp_path, http_fs, server, concurrency, poller, loop
     if loop == "C" and poller == "selectors":
         pytest.skip("the C loop is Linux-only and uses epoll")
     if poller == "selectors":  # where select has no epoll (macOS, Windows): selectors' default
-        monkeypatch.delattr(http_ranges.select, "epoll", raising=False)
-    elif not hasattr(http_ranges.select, "epoll"):
+        monkeypatch.delattr(select, "epoll", raising=False)
+    elif not hasattr(select, "epoll"):
         pytest.skip("no epoll here")
     for name, data in FILES.items():
         (tmp_path / name).write_bytes(data)
@@ -315,15 +316,15 @@ def test_on_range_gets_each_range_once_and_its_errors_end_the_call(tmp_path, htt
 
 
 def _take_idle_in_child() -> None:
-    assert http_ranges._take_idle("127.0.0.1:1") is None
-    assert http_ranges._IDLE_FDS == {}
+    assert _http_shared.take_idle("127.0.0.1:1") is None
+    assert _http_shared._IDLE_FDS == {}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
 def test_a_forked_child_has_its_own_lock_and_no_kept_connections():
     """The parent's pool lock, held by another thread at the fork, must not block the child."""
     ctx = multiprocessing.get_context("fork")
-    with http_ranges._LOCK:  # as another thread of the parent might hold it
+    with _http_shared._LOCK:  # as another thread of the parent might hold it
         child = ctx.Process(target=_take_idle_in_child)
         child.start()
         child.join(60)
