@@ -1,18 +1,19 @@
 /* The request loop of http_ranges in C (Linux): byte ranges of plain http:// URLs over
  * keep-alive, non-blocking sockets watched by one epoll, with the GIL released while it runs.
  *
- * _http_native_loop.py builds a Fetch of (server, target, start, end) requests and calls run() until
- * nothing is left; each run() returns the ranges finished since the last one as (request number,
- * body) pairs, where a body is a memoryview of the received bytes (no copy: an answer is received
- * into one buffer of the range's length plus HEAD_ROOM, and the body is the part after the head)
- * or an int saying why the range failed (a status other than 206, or one of the ERR_ codes, or
- * -errno); _http_native_loop.py turns those into the exceptions the Python loop (_http_loop.py)
- * gives, and http_ranges.py retries them alike. The rules are the Python loop's: a 206 answer is
- * taken only with a Content-Length, a Content-Range equal to the range asked (or a prefix of it:
- * the file ends sooner), no Transfer-Encoding and an identity Content-Encoding; a connection
- * taken from the idle ones that fails before any byte of its answer is replaced once by a fresh one; no progress on any
- * connection for `timeout` seconds fails every range still open; an answer head is at most
- * MAX_HEAD bytes. Connections still open and keep-alive at the end are handed back by idle().
+ * _http_native_loop.py builds a Fetch of (server, target, start, end) requests and calls run()
+ * until nothing is left; each run() returns the ranges finished since the last one as (request
+ * number, body) pairs, where a body is a memoryview of the received bytes (no copy: an answer is
+ * received into one buffer of the range's length plus HEAD_ROOM, and the body is the part after
+ * the head) or an int saying why the range failed (a status other than 206, or one of the ERR_
+ * codes, or -errno); _http_native_loop.py turns those into the exceptions the Python loop
+ * (_http_loop.py) gives, and http_ranges.py retries them alike. The rules are the Python loop's:
+ * a 206 answer is taken only with a Content-Length, a Content-Range equal to the range asked (or a
+ * prefix of it: the file ends sooner), no Transfer-Encoding and an identity Content-Encoding; a
+ * connection taken from the idle ones that fails before any byte of its answer is replaced once
+ * by a fresh one; no progress on any connection for `timeout` seconds fails every range still
+ * open; an answer head is at most MAX_HEAD bytes. Connections still open and keep-alive at the
+ * end are handed back by idle().
  * run(wait) returns after at least one range finished or after `wait` seconds, so the caller
  * handles signals (Ctrl-C) and the ranges' bytes while the other requests are in flight.
  */
