@@ -134,6 +134,7 @@ WORKLOADS = [
         unit="images",
         setup=_images,
         references={f"multiprocessing.Pool({WORKERS})": _pool_limit},
+        min_passes=3,
     ),
     Workload(
         f"{_NAME} DataLoader workers={WORKERS}",
@@ -143,6 +144,7 @@ WORKLOADS = [
         setup=_images,
         # Timed in this row too, in turn with the loader's passes: its share needs no other row's.
         references={f"multiprocessing.Pool({WORKERS})": _pool_limit},
+        min_passes=3,
     ),
     Workload(
         f"{_NAME} mp_prefetch({WORKERS}) + device_put(cpu)",

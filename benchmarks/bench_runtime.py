@@ -123,12 +123,14 @@ WORKLOADS = [
         build_theirs=_ours_in_process,
         target=1.7,
         references={"multiprocessing.Pool(2), same map, no pipeline": _pool_ceiling},
+        min_passes=3,
     ),
     Workload(
         "CPU-bound map: DataLoader workers=2 (ours only)",
         _cpu_bound_loader,
         compare=False,
         references={"multiprocessing.Pool(2), same map, no pipeline": _pool_ceiling},
+        min_passes=3,
     ),
     Workload(
         "mp_prefetch(2) restore latency: set_state + first element",

@@ -36,11 +36,15 @@ class Workload:
       unit: what is counted ("elements", "records", "rows", "tokens").
       target: the ratio the issue asks for (printed beside the measurement), or None.
       build_theirs: a different builder for grain where its API differs from ours.
-      references: ``{label: fn() -> count}`` raw-library measurements timed once each.
+      references: ``{label: fn() -> count}`` raw-library measurements, timed in the same rounds as
+        the two libraries.
       setup: called once before anything is timed (e.g. to write files); its result is passed to
         builders as ``build(lib, data)`` when it is not None.
       max_seconds: stop a measurement after this long and report the rate so far.
       compare: False for workloads grain has no counterpart for (only grain_core is timed).
+      min_passes: grain_core and the references run at least this many passes, past
+        :data:`REPEAT_SECONDS` (rows whose verdict is a share of a reference, so that a median of
+        three, not one or two passes, decides it); at most :data:`PASSES` in any case.
     """
 
     name: str
@@ -53,6 +57,7 @@ class Workload:
     setup: Callable[[], Any] | None = None
     max_seconds: float = 30.0
     compare: bool = True
+    min_passes: int = 1
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -119,10 +124,11 @@ def run_workloads(workloads: list[Workload], ours: Any, theirs: Any | None) -> l
             sides[label] = lambda fn=fn, a=args: _timed_reference(fn, a)
         passes: dict[str, list[float]] = {k: [] for k in sides}
         spent = dict.fromkeys(sides, 0.0)
-        for _ in range(PASSES):
+        for round_ in range(PASSES):
             for side, run in sides.items():
-                if spent[side] >= REPEAT_SECONDS:  # (a first pass always runs: nothing spent yet)
-                    continue
+                floor = 1 if side == "grain" else w.min_passes
+                if round_ >= floor and spent[side] >= REPEAT_SECONDS:
+                    continue  # (a first pass always runs)
                 t0 = time.perf_counter()
                 try:
                     passes[side].append(run())
