@@ -101,6 +101,7 @@ class _Cursor(NamedTuple):
 
 
 _PENDING = object()
+_tuple_new = tuple.__new__
 
 
 class RoundRobinConsumer(DatasetIterator):
@@ -222,25 +223,33 @@ class RoundRobinConsumer(DatasetIterator):
                 else:  # returned wholly: keep its end position, not its elements
                     end = msg.position_after(size)
                     st, sk, last, taken = end.state, end.skip, None, 0
-                nw = _Worker(
-                    st,
-                    sk,
-                    w.ended and not rest,
-                    w.ended,
-                    rest,
-                    offset,
-                    consumed,
-                    w.seq,
-                    w.failure,
-                    last,
-                    taken,
+                # tuple.__new__ directly: a named tuple's own __new__ is one more Python call
+                # per element (the fields in their declared order).
+                nw = _tuple_new(
+                    _Worker,
+                    (
+                        st,
+                        sk,
+                        w.ended and not rest,
+                        w.ended,
+                        rest,
+                        offset,
+                        consumed,
+                        w.seq,
+                        w.failure,
+                        last,
+                        taken,
+                    ),
                 )
                 ws = cur.workers
-                new = _Cursor(
-                    cur.generation,
-                    round_robin.turn_after(i, k),
-                    cur.position + 1,
-                    ws[:i] + (nw,) + ws[i + 1 :],
+                new = _tuple_new(
+                    _Cursor,
+                    (
+                        cur.generation,
+                        round_robin.turn_after(i, k),
+                        cur.position + 1,
+                        ws[:i] + (nw,) + ws[i + 1 :],
+                    ),
                 )
                 if self._credit_due(offset == 0, rest, size - offset, consumed - self._credited[i], size):
                     self._credit(i, cur.generation, consumed)
