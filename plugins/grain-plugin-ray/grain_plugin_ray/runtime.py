@@ -201,7 +201,6 @@ class RayRuntime:
         if self.shared_memory and usable():
             from grain_core.author import new_shm_prefix, reclaim_stale_shm
 
-            reclaim_stale_shm()  # what consumers killed outright left behind
             prefixes = {}
             node = ray.get_runtime_context().get_node_id()
 
@@ -209,6 +208,8 @@ class RayRuntime:
         tokens = None
         if prefixes is not None and self.pipes and self.max_restarts == 0 and pipe_available():
             tokens = [new_token() for _ in names]
+        if prefixes is not None and tokens is None:
+            reclaim_stale_shm()  # what consumers killed outright left (on the pipe path: PipePool)
 
         def spawn(i: int, name: str) -> Any:
             opts = self.actor_options(name, ACTOR_NAMESPACE)
