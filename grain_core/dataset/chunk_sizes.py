@@ -53,13 +53,18 @@ class ChunkSizes:
         ``asked``: a chunk the caller reads for the elements a ``next_chunk(n)`` asks for (see
         ``next_chunk``): ``_MAX_SYNC_CHUNK // source_fan_in`` and ``CHUNK_BYTES`` only."""
         sync = self.sync or asked
-        limit = max(1, _MAX_SYNC_CHUNK // self.fan_in) if sync else max(_MAX_CHUNK, self.floor)
+        limit = self.count_cap() if sync else max(_MAX_CHUNK, self.floor)
         if self.elem_bytes:
             limit = min(limit, max(1, CHUNK_BYTES // self.elem_bytes))
         if not sync:
             budget = self.budget()
             limit = min(limit, max(1, budget // 2 if ahead else budget))
         return limit
+
+    def count_cap(self) -> int:
+        """The most elements a chunk read without threads holds by count: ``_MAX_SYNC_CHUNK``
+        source indices, ``source_fan_in`` of them per element."""
+        return max(1, _MAX_SYNC_CHUNK // self.fan_in)
 
     def budget(self) -> int:
         """The most elements in flight with threads: ``prefetch_buffer_size``, or fewer once an

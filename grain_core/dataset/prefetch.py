@@ -84,7 +84,7 @@ from grain_core import state as _state
 from grain_core import tree
 from grain_core.dataset.base import IterDataset, MapDataset
 from grain_core.dataset.bulk_reads import bulk_floor, declared_bulk_size
-from grain_core.dataset.chunk_sizes import (  # noqa: F401 (READ_AHEAD_BYTES: tests)
+from grain_core.dataset.chunk_sizes import (  # noqa: F401 (READ_AHEAD_BYTES, _MAX_SYNC_CHUNK: tests)
     _MAX_CHUNK,
     _MAX_SYNC_CHUNK,
     _SLOW_MIN_SECONDS,
@@ -359,9 +359,8 @@ class PrefetchDatasetIterator(DatasetIterator):
                 self._sizes.elem_bytes = tree.nbytes(items[0]) or self._sizes.elem_bytes
                 # a bulk source's floor, threads or not, in elements: an element reads up to
                 # ``fan_in`` source indices (a batch), the declaration counts source indices
-                fan_in = self._sizes.fan_in
-                cap = max(1, _MAX_SYNC_CHUNK // fan_in)
-                per_call = -(-self._bulk // fan_in)
+                per_call = -(-self._bulk // self._sizes.fan_in)
+                cap = self._sizes.count_cap()
                 self._sizes.floor = bulk_floor(per_call, max(self._sizes.elem_bytes, 1), cap)
             if sizes_pool:
                 self._sizes.adapt(seconds, pool_seconds, len(items))
