@@ -20,6 +20,7 @@ from grain_plugin_arrayrecord._http_shared import (
     HTTPStatusError,
     LoopSettings,
     give_idle,
+    status_error,
     take_idle,
     where,
 )
@@ -59,18 +60,15 @@ def parse_head(req: Request, head: bytes, url: str) -> tuple[int, bool]:
     if len(status_line) < 2 or not status_line[1].isdigit():
         raise ConnectionError(f"not an HTTP answer from {url}")
     status = int(status_line[1])
+    if status != 206:
+        raise status_error(status, url)
     fields = {}
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         fields[name.strip().lower()] = value.strip()
-    if status == 404:
-        raise FileNotFoundError(url)
-    if status >= 500 or status in (408, 429):
-        raise HTTPStatusError(status, url)
     length = fields.get(b"content-length", b"")
     if (
-        status != 206
-        or not length.isdigit()
+        not length.isdigit()
         or b"transfer-encoding" in fields
         or fields.get(b"content-encoding", b"identity").lower() != b"identity"
     ):

@@ -13,9 +13,9 @@ from typing import Any
 
 from grain_plugin_arrayrecord._http_shared import (
     Fallback,
-    HTTPStatusError,
     LoopSettings,
     give_idle_fds,
+    status_error,
     take_idle_fds,
     where,
 )
@@ -35,11 +35,7 @@ def _error(code: int, url: str, netloc: str, timeout_s: float) -> Exception:
     """The exception (or ``Fallback``) of the Python loop for the C loop's failure ``code``."""
     n = _http_native
     if code > 0:  # an HTTP status other than 206
-        if code == 404:
-            return FileNotFoundError(url)
-        if code >= 500 or code in (408, 429):
-            return HTTPStatusError(code, url)
-        return Fallback()
+        return status_error(code, url)
     if code == n.ERR_FALLBACK:
         return Fallback()
     if code == n.ERR_CLOSED:

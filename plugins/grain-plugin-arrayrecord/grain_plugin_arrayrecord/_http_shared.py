@@ -19,6 +19,7 @@ __all__ = [
     "close_idle",
     "give_idle",
     "give_idle_fds",
+    "status_error",
     "take_idle",
     "take_idle_fds",
     "where",
@@ -45,6 +46,17 @@ class HTTPStatusError(OSError):
 
 class Fallback(Exception):
     """An answer this client does not take as it is: fsspec reads the range."""
+
+
+def status_error(status: int, url: str) -> Exception:
+    """What an answer of ``status`` (not 206) to a range request of ``url`` becomes: ``404`` a
+    ``FileNotFoundError``, ``5xx`` / ``408`` / ``429`` an :class:`HTTPStatusError` (transient),
+    anything else a :class:`Fallback` (fsspec reads the range)."""
+    if status == 404:
+        return FileNotFoundError(url)
+    if status >= 500 or status in (408, 429):
+        return HTTPStatusError(status, url)
+    return Fallback()
 
 
 def where(url: str) -> tuple[str, tuple[str, int], str]:
