@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from grain_core import grain_states as _grain_states
 from grain_core.dataset import elastic
 from grain_core.dataset.base import IterDataset
+from grain_core.dataset.fast_next import list_serving_next
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.runtime import round_robin
 from grain_core.runtime.job import WorkerJob
@@ -143,6 +144,12 @@ class RoundRobinConsumer(DatasetIterator):
         self._error: BaseException | None = None
         self._cursor = _Cursor(0, 0, 0, tuple(_Worker() for _ in range(k)))
         self._prev: _Cursor | None = None  # the cursor before the last element returned
+        # The run (see _start_run): elements next() serves in order from _run[_run_pos] while
+        # _run_pos < _run_stop, before the thread guard and with no change to _cursor, which stays
+        # the position before the run's first element until _settle() folds the served ones in.
+        self._run: list[Any] = []
+        self._run_pos = 0
+        self._run_stop = 0
         self._credited = [0] * k
         self._templates: list[Any] = [_PENDING] * k
         self._elastic_problems: list[str | None] = [None] * k
@@ -193,12 +200,20 @@ class RoundRobinConsumer(DatasetIterator):
         if not self._closed:
             self._ensure_started()
 
-    def __next__(self) -> Any:
+    def _next_full(self) -> Any:
+        p = self._run_pos
+        if p < self._run_stop:  # the run, served here when the fast path was not taken
+            self._run_pos = p + 1
+            return self._run[p]
         if self._closed:
             raise RuntimeError("This iterator was closed; create a new one with iter(dataset).")
         if self._error is not None:
             raise self._error
         self._ensure_started()
+        self._settle()
+        if self._run_stop == 0 and self._start_run():
+            self._run_pos = 1
+            return self._run[0]
         k = self._k
         while True:
             cur = self._cursor
@@ -251,7 +266,9 @@ class RoundRobinConsumer(DatasetIterator):
                         ws[:i] + (nw,) + ws[i + 1 :],
                     ),
                 )
-                if self._credit_due(offset == 0, rest, size - offset, consumed - self._credited[i], size):
+                # (rest holds the message itself until it is returned wholly)
+                later = len(rest) > (offset != 0)
+                if self._credit_due(offset == 0, later, size - offset, consumed - self._credited[i], size):
                     self._credit(i, cur.generation, consumed)
                 # The commit: one store, then return with no call in between (an exception raised
                 # into next() lands before it, or in the caller after the element was returned).
@@ -266,6 +283,79 @@ class RoundRobinConsumer(DatasetIterator):
                 continue
             self._receive(i)
 
+    __next__ = list_serving_next("_run", "_run_pos", _next_full, stop="_run_stop")
+
+    def _start_run(self) -> bool:
+        """Lays out the elements ``next()`` can return next with no credit to send and no message
+        to wait for, in the round-robin order, as ``_run`` (``_run_stop`` of them; ``_cursor``
+        unchanged), so that each of them is one list read in ``next()``. True when that is at
+        least two elements. Only while every worker has a message buffered and none has failed;
+        a run stops before any worker's element whose return makes a credit due
+        (:meth:`_credit_due`: the last of its message, or where the count or the buffer says so),
+        so it stays inside each worker's current message and :meth:`_settle` only moves offsets."""
+        cur = self._cursor
+        ws = cur.workers
+        k = self._k
+        first = cur.next_worker
+        step = self._credit_step
+        buffer_size = self._buffer_size
+        stop = -1
+        for j in range(k):
+            w = ws[j]
+            if w.failure is not None or not w.buffered:
+                return False
+            size = len(w.buffered[0].elements)
+            left = size - w.offset
+            # this worker's elements returnable before the first that makes a credit due
+            allowed = min(left - 1, max(step, size >> 1) - (w.consumed - self._credited[j]) - 1)
+            if len(w.buffered) == 1:  # its last message received: due once the rest fits
+                allowed = min(allowed, left - buffer_size - 1)
+            if allowed <= 0:
+                return False
+            end = allowed * k + (j - first) % k  # the run position of its first one not allowed
+            if stop < 0 or end < stop:
+                stop = end
+        if stop < 2:
+            return False
+        run: list[Any] = [None] * stop
+        for j in range(k):
+            w = ws[j]
+            d = (j - first) % k
+            n = len(range(d, stop, k))
+            if n:
+                run[d::k] = w.buffered[0].elements[w.offset : w.offset + n]
+        self._run = run
+        self._run_stop = stop
+        return True
+
+    def _settle(self) -> None:
+        """Folds the elements served from the run into ``_cursor`` and ends the run. Every other
+        reader of ``_cursor`` calls this first."""
+        if self._run_stop == 0:
+            return
+        p = self._run_pos
+        cur = self._cursor
+        k = self._k
+        first = cur.next_worker
+        ws = list(cur.workers)
+        for j in range(k):
+            t = len(range((j - first) % k, p, k))
+            if t:
+                w = ws[j]
+                msg = w.buffered[0]
+                off = w.offset + t  # inside the message (see _start_run)
+                ws[j] = _tuple_new(
+                    _Worker,
+                    (None, 0, False, w.ended, w.buffered, off, w.consumed + t, w.seq, w.failure, msg, off),
+                )
+        new = _Cursor(cur.generation, (first + p) % k, cur.position + p, tuple(ws))
+        # One commit with no call in between: the cursor, then the run ended.
+        self._cursor = new
+        self._run_stop = 0
+        self._run_pos = 0
+        self._run = []
+        self._prev = None
+
     def next_chunk(self, max_elements: int) -> list[Any]:
         """Up to ``max_elements`` elements in the round-robin order, from what the workers have
         already delivered: waits only when the next element has not arrived (then it is
@@ -274,6 +364,7 @@ class RoundRobinConsumer(DatasetIterator):
         if self._closed or self._error is not None or max_elements <= 1:
             return [self.__next__()]
         self._ensure_started()
+        self._settle()
         cur = self._cursor
         for j in range(self._k):
             if not cur.workers[j].exhausted:
@@ -348,7 +439,7 @@ class RoundRobinConsumer(DatasetIterator):
             size = len(msg.elements)
             if self._credit_due(
                 len(rest) < len(w.buffered),  # a message returned wholly
-                rest,
+                len(rest) > (last_msg is not None),  # messages received after it
                 size - offsets[j] if last_msg is not None else 0,
                 consumed - self._credited[j],
                 size,
@@ -374,23 +465,29 @@ class RoundRobinConsumer(DatasetIterator):
             ch.drop()
 
     def rollback_mark(self) -> Any:
-        """A mark for :meth:`rollback` (see :func:`next_or_rollback`)."""
-        return self._cursor
+        """A mark for :meth:`rollback` (see :func:`next_or_rollback`): the count of elements
+        returned."""
+        return self._cursor.position + (self._run_pos if self._run_stop else 0)
 
     def rollback(self, mark: Any) -> None:
         """Un-returns the element returned since ``mark``, if exactly one was (its caller was
         interrupted before it got it): the next ``next()`` returns it again."""
+        if self._run_stop:
+            p = self._run_pos
+            if p and self._cursor.position + p == mark + 1:
+                self._run_pos = p - 1  # served again from the run
+            return
         prev = self._prev
-        if prev is not None and self._cursor.position == mark.position + 1 == prev.position + 1:
+        if prev is not None and self._cursor.position == mark + 1 == prev.position + 1:
             self._cursor = prev  # the cursor just before that element was taken
 
     def _credit_due(
-        self, whole: bool, rest: tuple[Elements, ...], left: int, uncredited: int, size: int
+        self, whole: bool, later: bool, left: int, uncredited: int, size: int
     ) -> bool:
         """Whether to send a worker its ``Consumed`` count now, after elements of a message of
-        ``size`` were returned: ``whole`` (the message is returned wholly), ``rest`` (its messages
-        received after it), ``left`` (its elements not returned yet), ``uncredited`` (elements
-        returned since the last credit).
+        ``size`` were returned: ``whole`` (the message is returned wholly), ``later`` (messages of
+        that worker's were received after it), ``left`` (its elements not returned yet),
+        ``uncredited`` (elements returned since the last credit).
 
         A worker waits for a credit when its elements ahead exceed its buffer and either its count
         bound or its byte allowance, which frees a message's bytes only once that message is
@@ -402,7 +499,7 @@ class RoundRobinConsumer(DatasetIterator):
         before the consumer could wait for it."""
         return (
             whole
-            or (not rest and left <= self._buffer_size)
+            or (not later and left <= self._buffer_size)
             or uncredited >= max(self._credit_step, size >> 1)
         )
 
@@ -483,6 +580,7 @@ class RoundRobinConsumer(DatasetIterator):
     # --- state --------------------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
+        self._settle()
         cur = self._cursor
         return round_robin.make_state(
             STATE_KIND, cur.next_worker, cur.position, [_share(w) for w in cur.workers]
@@ -505,6 +603,9 @@ class RoundRobinConsumer(DatasetIterator):
         self._error = None
         self._credited = [0] * self._k
         self._prev = None
+        self._run_stop = 0
+        self._run_pos = 0
+        self._run = []
         self._cursor = _Cursor(gen, saved.next_worker, saved.position, views)
 
     def template(self, i: int) -> Any:

@@ -215,15 +215,15 @@ def test_when_the_consumer_credits_a_worker(buffer):
     consumer._credit_step = max(1, buffer // 2)
     due = consumer._credit_due
     size = 16
-    later = (object(),)  # a message received after this one
-    assert due(True, (), 0, 1, size)  # returned wholly
+    later = True  # a message was received after this one
+    assert due(True, False, 0, 1, size)  # returned wholly
     assert due(True, later, 0, 1, size)
     # Inside the last message received: held back until the rest fits the buffer ...
-    assert not due(False, (), buffer + 1, 1, size)
-    assert due(False, (), buffer, 1, size)
+    assert not due(False, False, buffer + 1, 1, size)
+    assert due(False, False, buffer, 1, size)
     # ... unless half the message went uncredited.
-    assert due(False, (), size - 8, 8, size)
-    assert not due(False, (), size - 7, 7, size)
+    assert due(False, False, size - 8, 8, size)
+    assert not due(False, False, size - 7, 7, size)
     # With later messages received: every half message.
     assert not due(False, later, 3, 1, size)
     assert due(False, later, 3, size // 2, size)
