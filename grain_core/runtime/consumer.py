@@ -647,6 +647,7 @@ class RoundRobinConsumer(DatasetIterator):
     def close(self) -> None:
         """Stops the workers and frees what they hold. Idempotent; safe from another thread."""
         self._closed = True
+        self._run_stop = 0  # next() serves nothing more from the run: it raises
         self._finalizer()
 
 

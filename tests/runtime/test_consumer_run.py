@@ -43,6 +43,7 @@ def _consumer(layout, buffer: int, *, runs: bool):
     c._channels = [_Channel(sent, i) for i in range(k)]
     c._k = k
     c._closed = False
+    c._finalizer = lambda: None  # no workers to stop
     c._started = True
     c._error = None
     c._prev = None
@@ -150,6 +151,15 @@ def test_next_chunk_after_run_elements(layout):
         except StopIteration:
             break
     assert out == expected
+
+
+def test_next_after_close_raises_inside_a_run():
+    c, _ = _consumer([[50], [50]], 1, runs=True)
+    assert [next(c), next(c)] == [(0, 0), (1, 0)]
+    assert c._run_pos < c._run_stop  # elements of the run are left
+    c.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        next(c)
 
 
 # --- through real workers -------------------------------------------------------------------------
