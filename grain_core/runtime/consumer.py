@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, NamedTuple
+from typing import Any
 
 from grain_core import grain_states as _grain_states
 from grain_core.dataset import elastic
@@ -18,6 +18,15 @@ from grain_core.dataset.base import IterDataset
 from grain_core.dataset.fast_next import list_serving_next
 from grain_core.dataset.iterator import DatasetIterator
 from grain_core.runtime import round_robin
+from grain_core.runtime.cursor import (
+    Cursor,
+    WorkerView,
+    fold_run,
+    run_elements,
+    run_length,
+    share_of,
+    with_worker,
+)
 from grain_core.runtime.job import WorkerJob
 from grain_core.runtime.malloc_tuning import tune_malloc
 from grain_core.runtime.messages import (
@@ -27,7 +36,6 @@ from grain_core.runtime.messages import (
     Failure,
     FromWorker,
     Idle,
-    Position,
     Start,
     Stats,
     Template,
@@ -63,42 +71,6 @@ def next_or_rollback(it: Any) -> Any:
     except BaseException:
         it.rollback(mark)
         raise
-
-
-class _Worker(NamedTuple):
-    """The consumer's view of one worker; replaced as a whole, never changed in place."""
-
-    # The position after the elements returned, while ``last`` is None (after a restore, or when
-    # the latest element returned ended its message) ...
-    state: Any = None
-    skip: int = 0
-    exhausted: bool = False  # every element returned and End received
-    ended: bool = False  # End received (elements may still be buffered)
-    buffered: tuple[Elements, ...] = ()
-    offset: int = 0  # elements of buffered[0] already returned
-    consumed: int = 0  # elements returned in this generation (the Consumed count)
-    seq: int = 0  # the last message applied
-    failure: Failure | None = None
-    # ... else the message of the latest element returned (still buffered: holding it keeps no
-    # element alive) and how many of its elements were returned.
-    last: Elements | None = None
-    taken: int = 0
-
-    def position(self) -> Position:
-        """The position after the elements returned."""
-        if self.last is None:
-            return Position(self.state, self.skip)
-        return self.last.position_after(self.taken)
-
-
-class _Cursor(NamedTuple):
-    """Everything ``next()`` changes, replaced by one assignment: an exception raised into
-    ``next()`` at any point leaves either the old or the new cursor, never a mix."""
-
-    generation: int
-    next_worker: int
-    position: int
-    workers: tuple[_Worker, ...]
 
 
 _PENDING = object()
@@ -142,8 +114,8 @@ class RoundRobinConsumer(DatasetIterator):
         self._closed = False
         self._started = False
         self._error: BaseException | None = None
-        self._cursor = _Cursor(0, 0, 0, tuple(_Worker() for _ in range(k)))
-        self._prev: _Cursor | None = None  # the cursor before the last element returned
+        self._cursor = Cursor(0, 0, 0, tuple(WorkerView() for _ in range(k)))
+        self._prev: Cursor | None = None  # the cursor before the last element returned
         # The run (see _start_run): elements next() serves in order from _run[_run_pos] while
         # _run_pos < _run_stop, before the thread guard and with no change to _cursor, which stays
         # the position before the run's first element until _settle() folds the served ones in.
@@ -241,7 +213,7 @@ class RoundRobinConsumer(DatasetIterator):
                 # tuple.__new__ directly: a named tuple's own __new__ is one more Python call
                 # per element (the fields in their declared order).
                 nw = _tuple_new(
-                    _Worker,
+                    WorkerView,
                     (
                         st,
                         sk,
@@ -258,7 +230,7 @@ class RoundRobinConsumer(DatasetIterator):
                 )
                 ws = cur.workers
                 new = _tuple_new(
-                    _Cursor,
+                    Cursor,
                     (
                         cur.generation,
                         round_robin.turn_after(i, k),
@@ -279,52 +251,20 @@ class RoundRobinConsumer(DatasetIterator):
                 self._error = self._worker_exception(i, w.failure)
                 raise self._error
             if w.ended:  # End received, every element returned
-                self._cursor = _with(cur, i, w._replace(exhausted=True))
+                self._cursor = with_worker(cur, i, w._replace(exhausted=True))
                 continue
             self._receive(i)
 
     __next__ = list_serving_next("_run", "_run_pos", _next_full, stop="_run_stop")
 
     def _start_run(self) -> bool:
-        """Lays out the elements ``next()`` can return next with no credit to send and no message
-        to wait for, in the round-robin order, as ``_run`` (``_run_stop`` of them; ``_cursor``
-        unchanged), so that each of them is one list read in ``next()``. True when that is at
-        least two elements. Only while every worker has a message buffered and none has failed;
-        a run stops before any worker's element whose return makes a credit due
-        (:meth:`_credit_due`: the last of its message, or where the count or the buffer says so),
-        so it stays inside each worker's current message and :meth:`_settle` only moves offsets."""
+        """Lays out the run (:func:`~grain_core.runtime.cursor.run_length`) when it holds at least
+        two elements: ``_run``, ``_run_stop``; ``_cursor`` unchanged. True when it did."""
         cur = self._cursor
-        ws = cur.workers
-        k = self._k
-        first = cur.next_worker
-        step = self._credit_step
-        buffer_size = self._buffer_size
-        stop = -1
-        for j in range(k):
-            w = ws[j]
-            if w.failure is not None or not w.buffered:
-                return False
-            size = len(w.buffered[0].elements)
-            left = size - w.offset
-            # this worker's elements returnable before the first that makes a credit due
-            allowed = min(left - 1, max(step, size >> 1) - (w.consumed - self._credited[j]) - 1)
-            if len(w.buffered) == 1:  # its last message received: due once the rest fits
-                allowed = min(allowed, left - buffer_size - 1)
-            if allowed <= 0:
-                return False
-            end = allowed * k + (j - first) % k  # the run position of its first one not allowed
-            if stop < 0 or end < stop:
-                stop = end
+        stop = run_length(cur, self._credited, self._credit_step, self._buffer_size)
         if stop < 2:
             return False
-        run: list[Any] = [None] * stop
-        for j in range(k):
-            w = ws[j]
-            d = (j - first) % k
-            n = len(range(d, stop, k))
-            if n:
-                run[d::k] = w.buffered[0].elements[w.offset : w.offset + n]
-        self._run = run
+        self._run = run_elements(cur, stop)
         self._run_stop = stop
         return True
 
@@ -333,22 +273,7 @@ class RoundRobinConsumer(DatasetIterator):
         reader of ``_cursor`` calls this first."""
         if self._run_stop == 0:
             return
-        p = self._run_pos
-        cur = self._cursor
-        k = self._k
-        first = cur.next_worker
-        ws = list(cur.workers)
-        for j in range(k):
-            t = len(range((j - first) % k, p, k))
-            if t:
-                w = ws[j]
-                msg = w.buffered[0]
-                off = w.offset + t  # inside the message (see _start_run)
-                ws[j] = _tuple_new(
-                    _Worker,
-                    (None, 0, False, w.ended, w.buffered, off, w.consumed + t, w.seq, w.failure, msg, off),
-                )
-        new = _Cursor(cur.generation, (first + p) % k, cur.position + p, tuple(ws))
+        new = fold_run(self._cursor, self._run_pos)
         # One commit with no call in between: the cursor, then the run ended.
         self._cursor = new
         self._run_stop = 0
@@ -423,7 +348,7 @@ class RoundRobinConsumer(DatasetIterator):
             else:  # returned wholly: keep its end position, not its elements
                 end = msg.position_after(o + 1)
                 st, sk, last_msg, taken = end.state, end.skip, None, 0
-            new_ws[j] = _Worker(
+            new_ws[j] = WorkerView(
                 st,
                 sk,
                 exhausted[j] or (w.ended and not rest),
@@ -445,7 +370,7 @@ class RoundRobinConsumer(DatasetIterator):
                 size,
             ):
                 self._credit(j, cur.generation, consumed)
-        new = _Cursor(cur.generation, i, cur.position + len(out), tuple(new_ws))
+        new = Cursor(cur.generation, i, cur.position + len(out), tuple(new_ws))
         # The commit: one store, then return with no call in between (see __next__).
         self._prev = cur
         self._cursor = new
@@ -556,7 +481,7 @@ class RoundRobinConsumer(DatasetIterator):
             nw = w._replace(failure=msg, seq=msg.seq)
         else:
             raise WorkerError(f"unexpected message {msg!r} from mp_prefetch worker {i}.")
-        self._cursor = _with(cur, i, nw)
+        self._cursor = with_worker(cur, i, nw)
         return True
 
     def _worker_exception(self, i: int, f: Failure) -> BaseException:
@@ -583,7 +508,7 @@ class RoundRobinConsumer(DatasetIterator):
         self._settle()
         cur = self._cursor
         return round_robin.make_state(
-            STATE_KIND, cur.next_worker, cur.position, [_share(w) for w in cur.workers]
+            STATE_KIND, cur.next_worker, cur.position, [share_of(w) for w in cur.workers]
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -596,7 +521,7 @@ class RoundRobinConsumer(DatasetIterator):
         saved = round_robin.read_state(state, STATE_KIND, self._k, self.template, elastic_for=self)
         gen = self._cursor.generation + 1
         views = tuple(
-            _Worker(state=w.state, skip=w.skip, exhausted=w.exhausted, ended=w.exhausted)
+            WorkerView(state=w.state, skip=w.skip, exhausted=w.exhausted, ended=w.exhausted)
             for w in saved.shares
         )
         self._started = False
@@ -606,7 +531,7 @@ class RoundRobinConsumer(DatasetIterator):
         self._run_stop = 0
         self._run_pos = 0
         self._run = []
-        self._cursor = _Cursor(gen, saved.next_worker, saved.position, views)
+        self._cursor = Cursor(gen, saved.next_worker, saved.position, views)
 
     def template(self, i: int) -> Any:
         """Worker ``i``'s fresh-iterator state, waiting for it if needed; None if the worker cannot
@@ -649,12 +574,3 @@ class RoundRobinConsumer(DatasetIterator):
         self._closed = True
         self._run_stop = 0  # next() serves nothing more from the run: it raises
         self._finalizer()
-
-
-def _share(w: _Worker) -> round_robin.Share:
-    pos = w.position()
-    return round_robin.Share(pos.state, pos.skip, w.exhausted)
-
-
-def _with(cur: _Cursor, i: int, w: _Worker) -> _Cursor:
-    return cur._replace(workers=cur.workers[:i] + (w,) + cur.workers[i + 1 :])

@@ -15,6 +15,7 @@ import pytest
 
 import grain_core as grain
 from grain_core.runtime import consumer as consumer_mod
+from grain_core.runtime import cursor as cursor_mod
 from grain_core.runtime.messages import Consumed, Elements, Mark
 
 pytestmark = pytest.mark.timeout(300)
@@ -59,8 +60,8 @@ def _consumer(layout, buffer: int, *, runs: bool):
             marks = tuple(Mark(o, f"w{i}@{n + o}") for o in range(1, size) if (n + o) % 3 == 0)
             msgs.append(Elements(seq, 0, f"w{i}@{n}", 0, elements, marks))
             n += size
-        workers.append(consumer_mod._Worker(buffered=tuple(msgs), ended=True, seq=len(sizes)))
-    c._cursor = consumer_mod._Cursor(0, 0, 0, tuple(workers))
+        workers.append(cursor_mod.WorkerView(buffered=tuple(msgs), ended=True, seq=len(sizes)))
+    c._cursor = cursor_mod.Cursor(0, 0, 0, tuple(workers))
     if not runs:
         c._start_run = lambda: False
     return c, sent
