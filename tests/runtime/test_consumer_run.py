@@ -74,6 +74,7 @@ def _layouts():
         [[1, 2, 40], [30, 1, 1, 9]],
         [[100], [3, 97], [50, 50]],
         [[256, 256]],
+        [[40, 40], [40, 40], [41]],
     ]
     for _ in range(6):
         k = rng.choice([2, 3, 4])
@@ -111,15 +112,19 @@ def test_runs_give_the_per_element_elements_states_and_credits(layout, buffer):
     assert sent == ref_sent
     assert all(isinstance(m, Consumed) for _, m in sent)
     assert c.get_state() == states[-1]
-    if max(min(sizes) for sizes in layout) > 4 * (buffer + 2):  # long messages at every worker
+    if min(min(sizes) for sizes in layout) > 4 * (buffer + 2):  # long messages at every worker
         assert from_runs > 0
+
+
+def _expected_and_consumer(layout, buffer: int):
+    """The per-element path's elements over ``layout``, and a fresh consumer with runs."""
+    ref, _ = _consumer(layout, buffer, runs=False)
+    return list(ref), _consumer(layout, buffer, runs=True)[0]
 
 
 @pytest.mark.parametrize("layout", _layouts()[:4])
 def test_a_rollback_inside_a_run_returns_the_element_again(layout):
-    ref, _ = _consumer(layout, 1, runs=False)
-    expected = list(ref)
-    c, _ = _consumer(layout, 1, runs=True)
+    expected, c = _expected_and_consumer(layout, 1)
     out, rolled_in_run = [], 0
     while True:
         mark = c.rollback_mark()
@@ -138,9 +143,7 @@ def test_a_rollback_inside_a_run_returns_the_element_again(layout):
 
 @pytest.mark.parametrize("layout", _layouts()[:4])
 def test_next_chunk_after_run_elements(layout):
-    ref, _ = _consumer(layout, 2, runs=False)
-    expected = list(ref)
-    c, _ = _consumer(layout, 2, runs=True)
+    expected, c = _expected_and_consumer(layout, 2)
     out, calls = [], 0
     while True:
         calls += 1
