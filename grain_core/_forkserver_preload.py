@@ -21,10 +21,14 @@ from grain_core.compat import alias as _alias  # noqa: E402
 
 _alias.install_from_env()  # GRAIN_CORE_AS_GRAIN (set by `python -m grain_core.compat run`): workers
 # unpickle user modules that say `import grain` / `from grain._src... import ...`
+# The DataLoader's worker pipeline (data_loader_stages, samplers): 12 ms of imports, numpy.random's
+# among them, that each DataLoader worker made again while unpickling its pipeline.
+import grain_core.data_loader_stages  # noqa: E402,F401
 import grain_core.dataset.batch_ops  # noqa: E402,F401
 import grain_core.dataset.filter_ops  # noqa: E402,F401
 import grain_core.dataset.iter_ops  # noqa: E402,F401
 import grain_core.dataset.map_ops  # noqa: E402,F401
+import grain_core.samplers  # noqa: E402,F401
 from grain_core.plugins.registry import get_registry  # noqa: E402
 
 with warnings.catch_warnings():
