@@ -183,7 +183,7 @@ class RoundRobinConsumer(DatasetIterator):
             raise self._error
         self._ensure_started()
         self._settle()
-        if self._run_stop == 0 and self._start_run():
+        if self._start_run():
             self._run_pos = 1
             return self._run[0]
         k = self._k
@@ -527,10 +527,8 @@ class RoundRobinConsumer(DatasetIterator):
         self._started = False
         self._error = None
         self._credited = [0] * self._k
+        self._settle()  # (ends the run; the cursor is replaced next)
         self._prev = None
-        self._run_stop = 0
-        self._run_pos = 0
-        self._run = []
         self._cursor = Cursor(gen, saved.next_worker, saved.position, views)
 
     def template(self, i: int) -> Any:

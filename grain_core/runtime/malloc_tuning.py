@@ -16,9 +16,9 @@ workers still spent about 15% more CPU per element than with theirs fixed too.
 :func:`tune_malloc` (called once per process: by the first ``RoundRobinConsumer`` in the consumer,
 by ``WorkerLoop`` in each worker, and by any source whose reads allocate and free large buffers at
 the rate of records, through ``grain_core.author.tune_malloc``) sets the thresholds glibc's
-dynamic rule would itself end at for the largest allocations it moves to the heap: ``M_MMAP_THRESHOLD`` 32 MiB (allocations of that size
-or more stay separate mappings, freed at once) and ``M_TRIM_THRESHOLD`` 64 MiB (the freed top of the
-heap is returned beyond that). So the process keeps up to 64 MiB of freed heap for reuse, where the
+dynamic rule would itself end at for the largest allocations it moves to the heap:
+``M_MMAP_THRESHOLD`` 32 MiB (allocations of that size or more stay separate mappings, freed at
+once) and ``M_TRIM_THRESHOLD`` 64 MiB (the freed top of the heap is returned beyond that). So the process keeps up to 64 MiB of freed heap for reuse, where the
 default would keep about twice its largest recent allocation. It does nothing where the C library
 is not glibc, when any ``MALLOC_*_`` threshold variable is set (the user's own choice stands), or
 when ``GRAIN_CORE_MALLOC_TUNING=0``.
